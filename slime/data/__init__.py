@@ -1,0 +1,1 @@
+"""Samples, datasets and batch building. Kept import-light: the lab imports batch_builder without torch."""

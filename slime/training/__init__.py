@@ -1,0 +1,1 @@
+"""Training-side pieces shared by every trainer backend (loss, ...). Import submodules directly."""

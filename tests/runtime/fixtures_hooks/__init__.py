@@ -1,0 +1,1 @@
+"""Tiny hook modules for tests/runtime/test_reward_hooks.py."""
