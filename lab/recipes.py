@@ -95,6 +95,8 @@ class Recipe(_Strict):
     rollout_batch_size: int
     n_samples_per_prompt: int = 8
     max_response_len: int
+    rm_type: Literal["deepscaler", "math", "dapo", "f1"] | None = Field(
+        None, description="Built-in reward the recipe needs (copied into task.rm_type); null keeps the experiment's choice.")
     conversion: Conversion
     extra_dependencies: list[str] = Field(default_factory=list)
     precision: PrecisionSupport = PrecisionSupport()

@@ -1,0 +1,129 @@
+"""A rough per-GPU memory estimate for the training phase and the rollout phase.
+
+Not a memory-fit calculator: it shows where memory goes, from the model spec's parameter counts,
+the layout and the image's GPU memory, and says what it leaves out. Colocated runs alternate the two
+phases on the same GPUs (each side offloads while the other runs), so each phase has its own peak;
+disaggregated runs put the phases on different GPUs.
+
+Training (Megatron, per GPU of the worst pipeline stage):
+- weights BF16 (2 B/param), gradients FP32 (4 B/param: main grads, --accumulate-allreduce-grads-in-fp32);
+  dense weights shard over TP·PP, expert weights over EP·PP (expert TP 1);
+- Adam: 12 B/param (FP32 master copy + two moments), sharded over DP (expert-DP for experts) by the
+  distributed optimizer; with CPU Adam it lives in host memory instead;
+- activations: max_tokens_per_gpu tokens; ~34·h bytes per token per layer (flash attention, sequence
+  parallel over TP), only the layer inputs (2·h bytes) kept under full recomputation, × PP micro-
+  batches in flight on the first stage (1F1B); FP32 logits tokens × vocab / TP × 4 B on the last.
+Rollout (SGLang, per GPU of an engine): weights at the rollout precision over the engine's GPUs; the
+KV cache is what `mem_fraction_static` × GPU memory leaves after the weights.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from lab.derive import ETP, recipe_and_spec
+from lab.experiment import Experiment
+from lab.images import get_image
+
+GIB = 1024**3
+EXCLUSIONS = [
+    "CUDA context and kernel workspaces (≈0.5–1 GiB per GPU)",
+    "NCCL / communication buffers and the weight-sync buffer",
+    "allocator fragmentation and caching slack",
+    "the MTP / EAGLE draft layer and its KV cache",
+    "recurrent (GDN) state pools of hybrid models (counted as attention-sized layers)",
+    "reference or old-actor model copies (KL, OPD) and their host backups",
+    "SGLang CUDA graphs, DP-attention replication of attention weights and router/dispatcher buffers",
+    "MoE activation imbalance (tokens routed unevenly) and per-expert intermediate activations",
+]
+
+
+class Phase(BaseModel):
+    items_gib: dict[str, float] = Field(description="What the phase holds per GPU, GiB.")
+    total_gib: float
+    fits: bool | None = Field(None, description="total ≤ GPU memory; null when the image has no GPU.")
+
+
+class MemoryEstimate(BaseModel):
+    gpu_memory_gib: float = Field(description="GPU memory of the image's target GPU.")
+    colocated: bool = Field(description="Both phases run on the same GPUs, one after the other (separate peaks).")
+    training: Phase
+    rollout: Phase
+    peak_gib: float = Field(description="Colocated: the larger phase; otherwise the training GPUs' total.")
+    host_optimizer_gib_per_gpu: float = Field(0.0, description="CPU Adam: optimizer state in host memory per training GPU.")
+    kv_tokens_per_engine: int = Field(0, description="KV-cache capacity of one engine, tokens (0 when none fits).")
+    total_params_b: float
+    active_params_b: float
+    exclusions: list[str] = Field(default_factory=lambda: list(EXCLUSIONS), description="Not counted.")
+
+
+def _g(x: float) -> float:
+    return round(x / GIB, 2)
+
+
+def estimate_memory(exp: Experiment) -> MemoryEstimate:
+    recipe, spec = recipe_and_spec(exp)
+    if spec is None:
+        raise ValueError(f"no model spec for {exp.model.recipe!r}")
+    image = get_image(exp.install.image)
+    gpu_gib = image.gpu_memory_gib if image else 80.0
+    r, p = exp.resources, exp.placement
+    n = max(p.train_gpus, 1)
+
+    expert_total = spec.moe_layers * spec.experts * spec.expert_params
+    dense_total = spec.total_params - expert_total
+    dense_shard = dense_total / (r.tp * r.pp)
+    expert_shard = expert_total / (ETP * r.ep * r.pp)
+    params_gpu = dense_shard + expert_shard
+    dp = max(n // (r.tp * r.pp * r.cp), 1)
+    edp = max(n // (ETP * r.ep * r.pp), 1)
+    optimizer = 12 * (dense_shard / dp + expert_shard / edp)
+
+    tokens = r.max_tokens_per_gpu
+    layers_stage = -(-spec.layers // r.pp)
+    per_layer_full = 34 * spec.hidden * tokens / r.tp
+    if r.recompute == "full":
+        acts = layers_stage * 2 * spec.hidden * tokens / r.tp * r.pp + per_layer_full
+    elif r.recompute == "selective":
+        acts = layers_stage * per_layer_full * 0.9 * r.pp
+    else:
+        acts = layers_stage * per_layer_full * r.pp
+    logits = tokens * spec.vocab / r.tp * 4
+
+    train_items = {
+        "weights (BF16)": _g(2 * params_gpu),
+        "gradients (FP32)": _g(4 * params_gpu),
+        "Adam state (FP32 master + moments, ZeRO over DP)": 0.0 if r.cpu_adam else _g(optimizer),
+        "activations": _g(acts),
+        "logits (FP32)": _g(logits),
+    }
+    train_total = round(sum(train_items.values()), 2)
+
+    bytes_per_param = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}[exp.precision.rollout]
+    e = max(p.engine_gpus, 1)
+    w_roll = spec.total_params * bytes_per_param / e
+    claimed = exp.serving.mem_fraction_static * gpu_gib * GIB
+    kv = max(claimed - w_roll, 0.0)
+    kv_elem = 1 if exp.precision.kv_cache_dtype == "fp8_e4m3" else 2
+    if spec.mla:
+        per_token = spec.layers * (spec.kv_lora_rank + spec.qk_pos_emb_head_dim) * kv_elem  # replicated per GPU
+        kv_tokens = int(kv // per_token) if per_token else 0
+    else:
+        shards = min(e, spec.kv_groups)
+        per_token = spec.layers * 2 * spec.kv_groups * spec.kv_channels * kv_elem / shards
+        kv_tokens = int(kv // per_token) if per_token else 0
+    roll_items = {f"weights ({exp.precision.rollout.upper()}) over {e} GPUs": _g(w_roll), "KV cache (rest of the static fraction)": _g(kv)}
+    roll_total = round(max(_g(claimed), _g(w_roll)), 2)
+
+    has_gpu = gpu_gib > 0
+    colocated = p.ownership == "colocated"
+    return MemoryEstimate(
+        gpu_memory_gib=gpu_gib,
+        colocated=colocated,
+        training=Phase(items_gib=train_items, total_gib=train_total, fits=(train_total <= gpu_gib) if has_gpu else None),
+        rollout=Phase(items_gib=roll_items, total_gib=roll_total, fits=(w_roll <= claimed) if has_gpu else None),
+        peak_gib=max(train_total, roll_total) if colocated else train_total,
+        host_optimizer_gib_per_gpu=_g(optimizer) if r.cpu_adam else 0.0,
+        kv_tokens_per_engine=kv_tokens,
+        total_params_b=round(spec.total_params / 1e9, 2),
+        active_params_b=round(spec.active_params / 1e9, 2),
+    )

@@ -1,0 +1,154 @@
+"""Share links: the experiment's architecture choices, never its private fields.
+
+A link is `BASE#s=TOKEN`, TOKEN = base64url(zlib(JSON)) of an envelope `{"v": SHARE_VERSION,
+"schema": SCHEMA_VERSION, "choices": {...}}` (A/B links: `"a"` and `"b"` instead of `"choices"`).
+The payload is the experiment minus every field in `PRIVATE_FIELDS` (lab/experiment.py marks them;
+this module keeps no second list). The fragment never reaches a server. Decoding refuses a payload
+that contains a private field, so a hand-made link cannot overwrite the opener's paths.
+Opening a link = `workspace.apply_choices(ws, payload, "open share link")`: one undoable entry that
+keeps the opener's own paths.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import zlib
+from typing import Any
+
+from lab.experiment import PRIVATE_FIELDS, SCHEMA_VERSION, Experiment, get_path
+from lab.workspace import LEAF_ORDER, Workspace, apply_choices, flatten_choices
+
+SHARE_VERSION = 1
+DEFAULT_BASE_URL = "http://127.0.0.1:8765/"
+MAX_TOKEN_CHARS = 64_000
+MAX_JSON_BYTES = 1_000_000
+
+
+class ShareError(ValueError):
+    """A link that cannot be opened; the message says why (not a link, corrupt, version, private)."""
+
+
+def share_payload(exp: Experiment) -> dict[str, Any]:
+    """The experiment's non-private fields as a nested choices dict."""
+    data = exp.model_dump(mode="json")
+    out: dict[str, Any] = {}
+    for path in LEAF_ORDER:
+        if path in PRIVATE_FIELDS:
+            continue
+        cur = out
+        parts = path.split(".")
+        for part in parts[:-1]:
+            cur = cur.setdefault(part, {})
+        cur[parts[-1]] = get_path(data, path)
+    return out
+
+
+def _encode(envelope: dict[str, Any]) -> str:
+    raw = json.dumps(envelope, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode("ascii").rstrip("=")
+
+
+def _join(base_url: str, token: str) -> str:
+    return f"{base_url.split('#', 1)[0]}#s={token}"
+
+
+def encode_link(exp: Experiment, base_url: str = DEFAULT_BASE_URL) -> str:
+    return _join(base_url, _encode({"v": SHARE_VERSION, "schema": SCHEMA_VERSION, "choices": share_payload(exp)}))
+
+
+def encode_ab_link(a: Experiment, b: Experiment, base_url: str = DEFAULT_BASE_URL) -> str:
+    """Both sides stripped of private fields, like ordinary links."""
+    return _join(base_url, _encode({"v": SHARE_VERSION, "schema": SCHEMA_VERSION,
+                                    "a": share_payload(a), "b": share_payload(b)}))
+
+
+def _token(link_or_token: str) -> str:
+    if not isinstance(link_or_token, str) or not link_or_token.strip():
+        raise ShareError("not a share link: expected a URL with '#s=' or its token")
+    text = link_or_token.strip()
+    if "#" in text or "://" in text:
+        fragment = text.split("#", 1)[1] if "#" in text else ""
+        params = dict(p.split("=", 1) for p in fragment.split("&") if "=" in p)
+        if "s" not in params:
+            raise ShareError("not a share link: the URL has no '#s=' fragment")
+        text = params["s"]
+    elif text.startswith("s="):
+        text = text[2:]
+    if len(text) > MAX_TOKEN_CHARS:
+        raise ShareError(f"share link too long ({len(text)} characters; at most {MAX_TOKEN_CHARS})")
+    return text
+
+
+def _envelope(link_or_token: str) -> dict[str, Any]:
+    token = _token(link_or_token)
+    bare = isinstance(link_or_token, str) and "s=" not in link_or_token
+    try:
+        packed = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(packed, MAX_JSON_BYTES)
+        if inflater.unconsumed_tail:
+            raise ShareError("share link payload is too large")
+        envelope = json.loads(raw.decode("utf-8"))
+    except ShareError:
+        raise
+    except (binascii.Error, ValueError, zlib.error, UnicodeDecodeError) as exc:
+        if bare:
+            raise ShareError("not a share link: expected a URL with '#s=' or a valid link token") from exc
+        raise ShareError(f"share link is corrupt (truncated or edited?): {exc.__class__.__name__}") from exc
+    if not isinstance(envelope, dict) or "v" not in envelope:
+        raise ShareError("share link is corrupt: no version")
+    if envelope["v"] != SHARE_VERSION:
+        raise ShareError(f"share link version {envelope['v']!r} is not known to this lab (it reads version {SHARE_VERSION}); "
+                         "update the lab or ask for a new link")
+    return envelope
+
+
+def _check_side(choices: Any, side: str) -> dict[str, Any]:
+    if not isinstance(choices, dict):
+        raise ShareError(f"share link is corrupt: {side} is not an object")
+    try:
+        leaves = flatten_choices(choices)
+    except ValueError as exc:
+        raise ShareError(f"share link names a field this lab does not know: {exc}") from exc
+    private = sorted(p for p in leaves if p in PRIVATE_FIELDS)
+    if private:
+        raise ShareError(f"share link refused: it contains private fields ({', '.join(private)}); "
+                         "links never carry paths, addresses, devices or hooks")
+    return choices
+
+
+def decode_link(link_or_token: str) -> dict[str, Any]:
+    """The choices dict of an ordinary share link (raises ShareError; A/B links: decode_ab_link)."""
+    env = _envelope(link_or_token)
+    if "choices" not in env:
+        if "a" in env and "b" in env:
+            raise ShareError("this is an A/B share link; open it with decode_ab_link / open_share_link")
+        raise ShareError("share link is corrupt: no choices")
+    return _check_side(env["choices"], "choices")
+
+
+def decode_ab_link(link_or_token: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    env = _envelope(link_or_token)
+    if "a" not in env or "b" not in env:
+        raise ShareError("not an A/B share link (it has no a and b sides)")
+    return _check_side(env["a"], "a"), _check_side(env["b"], "b")
+
+
+def is_ab_link(link_or_token: str) -> bool:
+    env = _envelope(link_or_token)
+    return "a" in env and "b" in env
+
+
+def open_share_link(ws: Workspace, link_or_token: str) -> Workspace:
+    """Open a link into the workspace, keeping the user's private paths.
+
+    Ordinary link: B becomes the link's choices as one undoable entry. A/B link: B likewise, and A is
+    replaced by the link's A side (built on the user's current B, so A keeps the user's paths too).
+    """
+    if is_ab_link(link_or_token):
+        a_choices, b_choices = decode_ab_link(link_or_token)
+        a_side = apply_choices(Workspace(b=ws.b), a_choices, "open share link (A)").b
+        opened = apply_choices(ws, b_choices, "open share link (B)")
+        return opened.model_copy(update={"a": a_side})
+    return apply_choices(ws, decode_link(link_or_token), "open share link")

@@ -1,0 +1,187 @@
+"""Pure history over experiments: one user action = one undoable entry (with its dependent changes),
+plus the A/B slot. The page keeps the serialized Workspace in browser storage and sends it back with
+each action; the server holds no session state.
+
+CONTRACT (the API and the page rely on these):
+- `Workspace` (pydantic): `b` (the experiment being edited and exported), `a` (saved A or null),
+  `undo` / `redo` (lists of HistoryEntry, newest last, bounded by MAX_HISTORY).
+- `edit(ws, path, value) -> Workspace`, `edit_many(ws, values: dict[path, value], label) -> Workspace`
+  (one entry: repairs), `apply_choices(ws, choices: dict, label)` (one entry: share links, Load
+  JSON; a nested, possibly partial choices dict), `undo(ws)`, `redo(ws)`, `reset(ws)`,
+  `save_a(ws)`, `clear_a(ws)`, `restore_a(ws)` (restore is one undoable entry; saving or
+  clearing A is not part of B's history), `ab_diff(ws) -> list[{path, a, b}]`.
+  Bad input raises `ChangeError`; the input workspace is never modified (every function returns a
+  new Workspace), so on an error nothing changes.
+
+An entry stores, per field, the value before and after the whole action, so undo restores every
+field the action touched (the dependent ones too) in one step, and redo re-applies them.
+`reset` returns B to `new_experiment()` (the default model's recipe) but KEEPS the user's private
+fields (machine paths, engine addresses, RDMA devices, hook paths): they describe the user's
+machines, not the experiment, and retyping them is what a reset should not cost.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment, get_path, iter_field_paths, set_path
+from lab.rules import ChangeError, FieldChange, apply_change, new_experiment, unknown_field_error, validated
+
+MAX_HISTORY = 200
+LEAF_ORDER: tuple[str, ...] = tuple(p for p, _ in iter_field_paths())
+_SECTIONS = frozenset(".".join(p.split(".")[:i]) for p in LEAF_FIELDS for i in range(1, p.count(".") + 1))
+
+
+class HistoryEntry(BaseModel):
+    label: str
+    changes: list[FieldChange]
+
+
+class Workspace(BaseModel):
+    b: Experiment = Field(default_factory=new_experiment, description="The experiment being edited and exported.")
+    a: Experiment | None = Field(None, description="The saved A side of Compare A / B (null when none).")
+    undo: list[HistoryEntry] = Field(default_factory=list, description="Undoable entries, newest last.")
+    redo: list[HistoryEntry] = Field(default_factory=list, description="Redoable entries, newest last.")
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+def leaf_values(exp: Experiment) -> dict[str, Any]:
+    data = exp.model_dump(mode="json")
+    return {p: get_path(data, p) for p in LEAF_ORDER}
+
+
+def _diff(before: Experiment, after: Experiment) -> list[tuple[str, Any, Any]]:
+    old, new = leaf_values(before), leaf_values(after)
+    return [(p, old[p], new[p]) for p in LEAF_ORDER if old[p] != new[p]]
+
+
+def _push(ws: Workspace, b: Experiment, entry: HistoryEntry) -> Workspace:
+    if not entry.changes:  # nothing changed: no history entry
+        return ws.model_copy(update={"b": b})
+    return ws.model_copy(update={"b": b, "undo": (ws.undo + [entry])[-MAX_HISTORY:], "redo": []})
+
+
+def _merge(before: Experiment, after: Experiment, steps: list[list[FieldChange]], explicit: set[str]) -> list[FieldChange]:
+    """One entry's changes: every field that differs between before and after, explicit fields first."""
+    reasons: dict[str, str | None] = {}
+    for changes in steps:
+        for c in changes:
+            reasons[c.path] = None if c.path in explicit else c.reason
+    diff = _diff(before, after)
+    diff.sort(key=lambda t: (t[0] not in explicit, LEAF_ORDER.index(t[0])))
+    return [FieldChange(path=p, old=o, new=n, reason=reasons.get(p)) for p, o, n in diff]
+
+
+def _set_raw(exp: Experiment, values: list[tuple[str, Any]]) -> Experiment:
+    data = exp.model_dump(mode="json")
+    for path, value in values:
+        set_path(data, path, value)
+    return validated(data)
+
+
+# --- edits ------------------------------------------------------------------------------------------
+
+def edit(ws: Workspace, path: str, value: Any) -> Workspace:
+    b, changes = apply_change(ws.b, path, value)
+    return _push(ws, b, HistoryEntry(label=path, changes=[c for c in changes if c.old != c.new]))
+
+
+def edit_many(ws: Workspace, values: dict[str, Any], label: str) -> Workspace:
+    """Several field changes (with their dependents) as ONE undoable entry; the given values win."""
+    for path in values:
+        if path not in LEAF_FIELDS:
+            raise unknown_field_error(path)
+    ordered = sorted(values.items(), key=lambda kv: kv[0] != "model.recipe")  # the model first: it copies a recipe
+    b, steps = ws.b, []
+    for path, value in ordered:
+        b, changes = apply_change(b, path, value)
+        steps.append(changes)
+    b = _set_raw(b, ordered)  # a later dependent must not overwrite an explicitly given value
+    return _push(ws, b, HistoryEntry(label=label, changes=_merge(ws.b, b, steps, set(values))))
+
+
+def flatten_choices(choices: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested (or dotted) choices dict → {leaf path: value}; unknown keys raise ChangeError."""
+    if not isinstance(choices, dict):
+        raise ChangeError(prefix.rstrip(".") or "choices", "must be an object of sections and fields")
+    out: dict[str, Any] = {}
+    for key, value in choices.items():
+        path = f"{prefix}{key}"
+        if path in LEAF_FIELDS:
+            out[path] = value
+        elif path in _SECTIONS:
+            if value is None:
+                continue
+            out.update(flatten_choices(value, path + "."))
+        else:
+            raise unknown_field_error(path)
+    return out
+
+
+def apply_choices(ws: Workspace, choices: dict[str, Any], label: str) -> Workspace:
+    """Apply a (possibly partial, nested) choices dict as ONE undoable entry (share links, Load JSON).
+
+    Every value is checked before anything is applied; fields absent from `choices` keep their
+    value unless a given field changes them (choosing a model copies its recipe). Opening a share
+    link therefore keeps the user's own private paths (the link carries none).
+    """
+    values = flatten_choices(choices)
+    for path, value in values.items():  # validate everything first: a bad field names itself
+        apply_change(ws.b, path, value)
+    return edit_many(ws, values, label)
+
+
+# --- history ----------------------------------------------------------------------------------------
+
+def undo(ws: Workspace) -> Workspace:
+    if not ws.undo:
+        return ws
+    entry = ws.undo[-1]
+    b = _set_raw(ws.b, [(c.path, c.old) for c in reversed(entry.changes)])
+    return ws.model_copy(update={"b": b, "undo": ws.undo[:-1], "redo": (ws.redo + [entry])[-MAX_HISTORY:]})
+
+
+def redo(ws: Workspace) -> Workspace:
+    if not ws.redo:
+        return ws
+    entry = ws.redo[-1]
+    b = _set_raw(ws.b, [(c.path, c.new) for c in entry.changes])
+    return ws.model_copy(update={"b": b, "redo": ws.redo[:-1], "undo": (ws.undo + [entry])[-MAX_HISTORY:]})
+
+
+def reset(ws: Workspace) -> Workspace:
+    """B back to `new_experiment()` defaults as one undoable entry, keeping the private fields."""
+    fresh = new_experiment()
+    mine = leaf_values(ws.b)
+    b = _set_raw(fresh, [(p, mine[p]) for p in LEAF_ORDER if p in PRIVATE_FIELDS])
+    changes = [FieldChange(path=p, old=o, new=n, reason=None if p == "model.recipe" else "reset to the defaults")
+               for p, o, n in _diff(ws.b, b)]
+    return _push(ws, b, HistoryEntry(label="reset", changes=changes))
+
+
+# --- A / B ------------------------------------------------------------------------------------------
+
+def save_a(ws: Workspace) -> Workspace:
+    """Save the complete current B as A (replacing any A); not part of B's history."""
+    return ws.model_copy(update={"a": ws.b.model_copy(deep=True)})
+
+
+def clear_a(ws: Workspace) -> Workspace:
+    return ws.model_copy(update={"a": None})
+
+
+def restore_a(ws: Workspace) -> Workspace:
+    """Replace B with A as one undoable entry; A itself stays."""
+    if ws.a is None:
+        raise ChangeError("a", "no A is saved; use Save as A first")
+    changes = [FieldChange(path=p, old=o, new=n, reason="restored from A") for p, o, n in _diff(ws.b, ws.a)]
+    return _push(ws, ws.a.model_copy(deep=True), HistoryEntry(label="restore A", changes=changes))
+
+
+def ab_diff(ws: Workspace) -> list[dict[str, Any]]:
+    """Fields where A and B differ, in field order: [{path, a, b}]; empty without A."""
+    if ws.a is None:
+        return []
+    return [{"path": p, "a": a, "b": b} for p, a, b in _diff(ws.a, ws.b)]

@@ -1,0 +1,192 @@
+"""Model specs (scripts/models/*.sh) match models.md and parse without running bash."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lab.model_spec import (
+    MODELS_DIR,
+    ModelSpecError,
+    compare_with_hf_config,
+    load_model_spec,
+    parse_moe_layer_freq,
+    spec_from_text,
+)
+from lab.recipes import all_recipes
+
+# (file, layers, hidden, heads, kv groups, ffn, experts, topk, moe ffn, dense layers, vocab) from models.md
+MODELS_MD = [
+    ("glm4-9B", 40, 4096, 32, 2, 13696, 0, 0, 0, 40, 151552),
+    ("glm4.7-30B-A3B", 47, 2048, 20, 20, 10240, 64, 4, 1536, 1, 154880),
+    ("glm4.5-355B-A32B", 92, 5120, 96, 8, 12288, 160, 8, 1536, 3, 151552),
+    ("glm5.2-744B-A40B", 78, 6144, 64, 64, 12288, 256, 8, 2048, 3, 154880),
+    ("qwen3.5-27B", 64, 5120, 24, 4, 17408, 0, 0, 0, 64, 248320),
+    ("deepseek-v3", 61, 7168, 128, 128, 18432, 256, 8, 2048, 3, 129280),
+    ("tiny-cpu", 2, 64, 4, 2, 128, 0, 0, 0, 2, 14),
+]
+# published sizes (total, active) in billions
+PUBLISHED = {
+    "glm4-9B": (9, None),
+    "glm4.7-30B-A3B": (30, 3),
+    "glm4.5-355B-A32B": (355, 32),
+    "glm5.2-744B-A40B": (744, 40),
+    "qwen3.5-27B": (27, None),
+    "deepseek-v3": (671, 37),
+}
+
+
+def test_every_spec_file_is_covered():
+    files = sorted(p.stem for p in MODELS_DIR.glob("*.sh"))
+    assert len(files) == 7
+    assert files == sorted(row[0] for row in MODELS_MD)
+
+
+@pytest.mark.parametrize("row", MODELS_MD, ids=[r[0] for r in MODELS_MD])
+def test_spec_dimensions_match_models_md(row):
+    name, layers, hidden, heads, kv, ffn, experts, topk, moe_ffn, dense, vocab = row
+    s = load_model_spec(MODELS_DIR / f"{name}.sh")
+    assert (s.layers, s.hidden, s.heads, s.kv_groups, s.ffn) == (layers, hidden, heads, kv, ffn)
+    assert (s.experts, s.topk, s.moe_ffn, s.dense_layers, s.vocab) == (experts, topk, moe_ffn, dense, vocab)
+    if experts:
+        assert s.shared_ffn == moe_ffn  # one shared expert of the expert FFN size
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_param_counts_within_ten_percent_of_published(name):
+    s = load_model_spec(MODELS_DIR / f"{name}.sh")
+    total, active = PUBLISHED[name]
+    assert abs(s.total_params / 1e9 - total) / total < 0.10
+    if active:
+        assert abs(s.active_params / 1e9 - active) / active < 0.10
+
+
+def test_mla_dims_of_deepseek_and_glm5():
+    ds = load_model_spec(MODELS_DIR / "deepseek-v3.sh")
+    assert (ds.q_lora_rank, ds.kv_lora_rank, ds.qk_head_dim, ds.qk_pos_emb_head_dim, ds.v_head_dim) == (1536, 512, 128, 64, 128)
+    assert (ds.router_groups, ds.router_group_topk) == (8, 4)
+    g5 = load_model_spec(MODELS_DIR / "glm5.2-744B-A40B.sh")
+    assert (g5.q_lora_rank, g5.kv_lora_rank, g5.qk_head_dim, g5.qk_pos_emb_head_dim, g5.v_head_dim) == (2048, 512, 192, 64, 256)
+    assert g5.rope_base == 8e6
+
+
+def test_glm5_dsa_index_sharing_every_fourth_layer_offset_three():
+    s = load_model_spec(MODELS_DIR / "glm5.2-744B-A40B.sh")
+    assert s.dsa and s.allgather_cp
+    computing = [i for i in range(s.layers) if s.dsa_computes_index(i)]
+    assert computing[:6] == [0, 1, 2, 6, 10, 14]
+    # the reference pipeline layout (first 14, last 16, 8 stages of 8 in between) starts on computing layers
+    assert all(s.dsa_computes_index(start) for start in [0, 14, 22, 30, 38, 46, 54, 62])
+
+
+def test_only_moe_checkpoints_with_mtp_have_an_mtp_layer():
+    assert load_model_spec(MODELS_DIR / "glm4-9B.sh").mtp_layers == 0
+    for name in ("deepseek-v3", "glm4.5-355B-A32B", "glm4.7-30B-A3B", "glm5.2-744B-A40B", "qwen3.5-27B"):
+        assert load_model_spec(MODELS_DIR / f"{name}.sh").mtp_layers == 1
+
+
+def test_glm4_9b_flags_from_models_md():
+    s = load_model_spec(MODELS_DIR / "glm4-9B.sh")
+    assert s.qkv_bias and not s.tied_embeddings
+    assert s.rotary_percent == 0.5 and s.rope_base == 1e4 and s.norm_eps == 1e-5
+
+
+def test_hybrid_spec_marks_gdn_and_quarter_rotary():
+    s = load_model_spec(MODELS_DIR / "qwen3.5-27B.sh")
+    assert s.hybrid and s.attention_output_gate and s.rotary_percent == 0.25 and s.rope_base == 1e7
+
+
+def test_every_recipe_points_at_an_existing_spec():
+    recipes = all_recipes()
+    assert len(recipes) == 7
+    for r in recipes.values():
+        load_model_spec(r.model_spec)
+
+
+def test_parser_reads_quotes_comments_and_switches_without_bash():
+    text = 'X=1\nMODEL_ARGS=(\n  --num-layers 4  # four\n  --hidden-size 8\n  --num-attention-heads 2\n  --vocab-size 10\n' \
+           '  --num-experts 4 --moe-layer-freq "[0]*1+[1]*3"\n  --swiglu\n  --spec "a b" c\n)\necho "$(rm -rf /)"\n'
+    s = spec_from_text(text, "t")
+    assert s.layers == 4 and s.moe_layer_pattern == (0, 1, 1, 1)
+    assert s.args["swiglu"] is True and s.args["spec"] == ["a b", "c"]
+
+
+def test_parser_rejects_a_file_without_model_args():
+    with pytest.raises(ModelSpecError, match="MODEL_ARGS"):
+        spec_from_text("FOO=(--num-layers 2)\n")
+
+
+def test_moe_layer_freq_must_cover_every_layer():
+    with pytest.raises(ModelSpecError, match="describes 3 layers"):
+        parse_moe_layer_freq("[0]*1+[1]*2", 4)
+    assert parse_moe_layer_freq(2, 4) == (1, 0, 1, 0)
+
+
+def test_spec_parsing_is_cached():
+    a = load_model_spec(MODELS_DIR / "deepseek-v3.sh")
+    assert load_model_spec("scripts/models/deepseek-v3.sh") is a
+
+
+def _hf_config_glm4_9b():
+    return {"hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 40, "intermediate_size": 13696,
+            "num_key_value_heads": 2, "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+            "vocab_size": 151552}
+
+
+def test_compare_with_hf_config_accepts_the_matching_checkpoint():
+    assert compare_with_hf_config(load_model_spec(MODELS_DIR / "glm4-9B.sh"), _hf_config_glm4_9b()) == []
+
+
+def test_compare_with_hf_config_names_every_disagreeing_field():
+    cfg = _hf_config_glm4_9b() | {"hidden_size": 5120, "tie_word_embeddings": True, "rope_theta": 1e6, "rms_norm_eps": 1e-6}
+    diffs = compare_with_hf_config(load_model_spec(MODELS_DIR / "glm4-9B.sh"), cfg)
+    joined = "\n".join(diffs)
+    assert len(diffs) == 4
+    for key in ("hidden_size", "tie_word_embeddings", "rope_theta", "rms_norm_eps"):
+        assert key in joined
+
+
+def test_compare_with_hf_config_checks_moe_and_shared_expert_ffn():
+    spec = load_model_spec(MODELS_DIR / "deepseek-v3.sh")
+    cfg = {"hidden_size": 7168, "num_attention_heads": 128, "num_hidden_layers": 61, "intermediate_size": 18432,
+           "moe_intermediate_size": 2048, "n_shared_experts": 2, "n_routed_experts": 256, "rope_theta": 10000}
+    diffs = compare_with_hf_config(spec, cfg)
+    assert len(diffs) == 1 and "shared-expert FFN" in diffs[0]
+
+
+def test_compare_reads_nested_text_config():
+    spec = load_model_spec(MODELS_DIR / "qwen3.5-27B.sh")
+    cfg = {"text_config": {"hidden_size": 5120, "num_attention_heads": 24, "num_hidden_layers": 64,
+                           "intermediate_size": 17408, "num_key_value_heads": 4, "rope_parameters": {"rope_theta": 10000000}}}
+    assert compare_with_hf_config(spec, cfg) == []
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_spec_files_are_shellcheck_clean():
+    files = [str(p) for p in Path(MODELS_DIR).glob("*.sh")]
+    res = subprocess.run(["shellcheck", *files], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
+
+
+def test_tiny_spec_vocab_matches_the_tiny_tokenizer_when_present():
+    prepare = Path(MODELS_DIR).parent.parent / "tools" / "tiny" / "prepare.py"
+    if not prepare.exists():
+        pytest.skip("tools/tiny/prepare.py not written yet")
+    import ast
+
+    tree = ast.parse(prepare.read_text())
+    def size(node):  # a list literal, or list("...") of characters
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "list":
+            return len(ast.literal_eval(node.args[0]))
+        return len(ast.literal_eval(node))
+
+    consts = {t.targets[0].id: size(t.value) for t in tree.body
+              if isinstance(t, ast.Assign) and isinstance(t.targets[0], ast.Name) and t.targets[0].id in ("SPECIALS", "CHARS")}
+    tokens = consts["SPECIALS"] + consts["CHARS"]
+    spec = load_model_spec(MODELS_DIR / "tiny-cpu.sh")
+    assert spec.vocab == tokens  # the tiny tokenizer must have exactly --vocab-size tokens
+    for field, value in (("hidden_size", spec.hidden), ("intermediate_size", spec.ffn), ("num_hidden_layers", spec.layers),
+                         ("num_attention_heads", spec.heads), ("num_key_value_heads", spec.kv_groups)):
+        assert f"{field}={value}" in prepare.read_text()
