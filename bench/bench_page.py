@@ -1,0 +1,148 @@
+"""Benchmark the Quick Start page in Chromium: first load, and click → updated preview.
+
+    python bench/bench_page.py [--clicks 120] [--loads 5]
+
+Starts the real app under uvicorn on 127.0.0.1 (a free port) and Debian's Chromium through
+Playwright, then measures:
+- first load: navigation start → the page drawn with the API's first answer (`lab:ready` mark),
+  in fresh browser contexts (empty cache), and the bytes transferred (CDP encodedDataLength);
+- click → preview: from a click on a control to the changed `experiment.sh` preview text,
+  ≥ 100 clicks, p50 / p95.
+Goals: first load ≤ 300 ms and ≤ 300 KiB; p95 click → preview ≤ 50 ms.
+Writes bench/results/page.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+CLICK_JS = """async (path) => {
+  const el = document.querySelector(`[data-field="${path}"]`);
+  const pre = document.querySelector('details.preview[data-file="experiment.sh"] pre');
+  const before = pre.textContent;
+  return await new Promise((resolve) => {
+    const t0 = performance.now();
+    const obs = new MutationObserver(() => {
+      if (pre.textContent !== before) { obs.disconnect(); resolve(performance.now() - t0); }
+    });
+    obs.observe(pre, { childList: true, characterData: true, subtree: true });
+    el.click();
+  });
+}"""
+
+
+def serve() -> tuple[subprocess.Popen, str]:
+    """uvicorn in its own process (as users run it), so the browser driver does not share its GIL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "lab.app:create_app", "--factory", "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            urllib.request.urlopen(url + "/").read()
+            return proc, url
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.terminate()
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.1)
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clicks", type=int, default=120)
+    ap.add_argument("--loads", type=int, default=5)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "page.json"))
+    args = ap.parse_args()
+
+    load_before = round(os.getloadavg()[0], 2)
+    server, url = serve()
+    try:
+        return _run(args, url, load_before)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _run(args: argparse.Namespace, url: str, load_before: float) -> int:
+    from playwright.sync_api import sync_playwright
+
+    loads, transferred, requests = [], [], []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        for _ in range(args.loads + 1):  # the first load warms the server's code paths; not counted
+            ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+            page = ctx.new_page()
+            cdp = ctx.new_cdp_session(page)
+            cdp.send("Network.enable")
+            sizes: dict[str, float] = {}
+            cdp.on("Network.loadingFinished", lambda e: sizes.__setitem__(e["requestId"], e["encodedDataLength"]))
+            page.goto(url + "/")
+            page.wait_for_selector("body[data-ready='1']")
+            page.wait_for_timeout(200)  # let late resources (lazy diagrams) finish
+            ready = page.evaluate("performance.getEntriesByName('lab:ready')[0].startTime")
+            loads.append(ready)
+            transferred.append(sum(sizes.values()))
+            requests.append(len(sizes))
+            ctx.close()
+        loads, transferred, requests = loads[1:], transferred[1:], requests[1:]
+
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        page.goto(url + "/")
+        page.wait_for_selector("body[data-ready='1']")
+        page.evaluate("document.querySelector('details.preview[data-file=\"experiment.sh\"]').open = true")
+        clicks = []
+        targets = ["corrections.tis", "resources.cpu_adam", "evaluation.enabled", "rollout.partial_rollout"]
+        page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+        for i in range(args.clicks):
+            clicks.append(page.evaluate(CLICK_JS, targets[i % len(targets)]))
+        ctx.close()
+        browser.close()
+
+    result = {
+        "first_load_ms": {"median": round(statistics.median(loads), 1), "max": round(max(loads), 1),
+                          "runs": [round(x, 1) for x in loads], "goal": 300},
+        "first_load_transferred_kib": {"median": round(statistics.median(transferred) / 1024, 1), "goal": 300},
+        "first_load_requests": int(statistics.median(requests)),
+        "click_to_preview_ms": {"n": len(clicks), "p50": round(pct(clicks, 0.5), 1), "p95": round(pct(clicks, 0.95), 1),
+                                "max": round(max(clicks), 1), "goal_p95": 50},
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
+                    "loadavg_1m_before": load_before, "loadavg_1m_after": round(os.getloadavg()[0], 2)},
+        "command": "python bench/bench_page.py --clicks %d --loads %d" % (args.clicks, args.loads),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    ok = (result["first_load_ms"]["median"] <= 300 and result["first_load_transferred_kib"]["median"] <= 300
+          and result["click_to_preview_ms"]["p95"] <= 50)
+    print("goals met" if ok else "goals NOT met")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

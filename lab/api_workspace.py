@@ -1,0 +1,316 @@
+"""POST /api/workspace: one user action in, everything the page draws out.
+
+The page keeps the serialized Workspace (choices, undo/redo history, saved A) in localStorage and
+sends it with each action; the server holds no session. The response is computed entirely by the
+Python rules, renderers and estimators, so the page holds no rule:
+
+    {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
+     "files", "ab_diff", "share_link", "last_change"}
+
+Bad input (an unknown field, a value the model refuses, a broken share link or JSON file) is a
+4xx whose `detail[0].loc` ends with the field path and whose `msg` says what is wrong; the page
+then keeps the state it had.
+
+GET /api/grpo-example: the walkthrough's worked example, computed by the runtime's own
+`slime.data.batch_builder.normalize_group_rewards`.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Literal
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from lab import rules, workspace
+from lab.experiment import Experiment
+from lab.rules import ChangeError
+from lab.workspace import Workspace
+
+router = APIRouter()
+
+MAX_DRAWN_NODES = 64  # beyond this the layout says "… and N more nodes" instead of drawing them
+
+# The tutorial's initial experiment, adopted by "Use this GRPO starting point" as one change.
+GRPO_STARTING_POINT: dict[str, Any] = {
+    "task.kind": "math",
+    "task.input_key": "prompt",
+    "task.label_key": "label",
+    "task.apply_chat_template": True,
+    "task.rm_type": "deepscaler",
+    "task.advantage_estimator": "grpo",
+    "task.n_samples_per_prompt": 8,
+    "task.num_rollout": 3,
+}
+GRPO_EXAMPLE_REWARDS = [1, 1, 1, 1, 0, 0, 0, 0]
+
+ActionType = Literal[
+    "view", "edit", "edit_many", "undo", "redo", "reset", "open_share",
+    "save_a", "clear_a", "restore_a", "load_json", "adopt_grpo",
+]
+
+
+class Action(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: ActionType
+    path: str | None = Field(None, description="edit: the field path, e.g. placement.ownership.")
+    value: Any = Field(None, description="edit: the new value.")
+    values: dict[str, Any] | None = Field(None, description="edit_many: {field path: value}, one undoable change.")
+    label: str | None = Field(None, description="edit_many: the history label.")
+    link: str | None = Field(None, description="open_share: the share link, its #s= fragment, or the bare token.")
+    data: Any = Field(None, description="load_json: an experiment.json export or a choices object.")
+    text: str | None = Field(None, description="load_json: the file's text, as read by the page.")
+
+
+class WorkspaceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    workspace: Workspace | None = Field(None, description="The page's workspace; null starts a fresh one.")
+    action: Action
+
+
+def _error(status: int, loc: list[Any], msg: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"detail": [{"loc": loc, "msg": msg}]})
+
+
+_HISTORY_ACTIONS = {
+    "undo": workspace.undo, "redo": workspace.redo, "reset": workspace.reset,
+    "save_a": workspace.save_a, "clear_a": workspace.clear_a, "restore_a": workspace.restore_a,
+}
+
+
+def _apply(ws: Workspace, action: Action) -> Workspace:
+    t = action.type
+    if t == "view":
+        return ws
+    if t == "edit":
+        if not action.path:
+            raise ChangeError("action.path", "an edit names the field it changes")
+        return workspace.edit(ws, action.path, action.value)
+    if t == "edit_many":
+        return workspace.edit_many(ws, action.values or {}, action.label or "edit")
+    if t == "adopt_grpo":
+        return workspace.edit_many(ws, dict(GRPO_STARTING_POINT), "GRPO starting point")
+    if t in _HISTORY_ACTIONS:
+        return _HISTORY_ACTIONS[t](ws)
+    if t == "open_share":
+        from lab import share
+
+        if not action.link:
+            raise ChangeError("action.link", "no share link given")
+        try:
+            return share.open_share_link(ws, action.link)
+        except share.ShareError as exc:  # truncated, edited or foreign: say so, keep the state
+            raise ChangeError("action.link", str(exc)) from exc
+    if t == "load_json":
+        from lab.load_json import LoadError, parse_document
+
+        text = action.text if action.text is not None else json.dumps(action.data)
+        try:
+            loaded = parse_document(text)
+        except LoadError as exc:
+            raise ChangeError(exc.field or "action.text", str(exc)) from exc
+        return workspace.apply_choices(ws, loaded.choices, "Load JSON")
+    raise ChangeError("action.type", f"unknown action {t!r}")  # pragma: no cover - Literal guards it
+
+
+# --- what the page draws ------------------------------------------------------------------------
+
+def _dump(obj: Any) -> Any:
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, (list, tuple)):
+        return [_dump(o) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _dump(v) for k, v in obj.items()}
+    return obj
+
+
+def _memory(exp: Experiment) -> Any:
+    from lab.memory import estimate_memory
+
+    return _dump(estimate_memory(exp))
+
+
+def _files(exp: Experiment) -> tuple[dict[str, str], str | None]:
+    """The generated files, or ({}, why) when rendering fails: the page keeps working and says so
+    in the export area instead of losing the user's state."""
+    try:
+        from lab.render import render_all
+    except ImportError:
+        return {}, "lab.render is not available in this build"
+    try:
+        return dict(render_all(exp)), None
+    except Exception as exc:  # noqa: BLE001 - reported to the user, never swallowed silently
+        return {}, f"{type(exc).__name__}: {exc}"
+
+
+def _fragment(link: str) -> str:
+    """`#s=TOKEN` of a share link: the page prefixes its own origin, so a link opens where it was made."""
+    return "#" + link.split("#", 1)[1]
+
+
+def _share_links(ws: Workspace) -> tuple[str, str | None]:
+    from lab import share
+
+    plain = _fragment(share.encode_link(ws.b))
+    ab = _fragment(share.encode_ab_link(ws.a, ws.b)) if ws.a is not None else None
+    return plain, ab
+
+
+def _ab_diff(ws: Workspace) -> list[Any]:
+    if ws.a is None:
+        return []
+    return _dump(workspace.ab_diff(ws))
+
+
+def _layout(exp: Experiment, d: Any) -> dict[str, Any]:
+    """GPU cells by node: which pool owns each GPU and which engine it serves (a drawing of the
+    derived placement; the counts come from rules.derive)."""
+    p = exp.placement
+    gpn = p.gpus_per_node
+    e = max(p.engine_gpus, 1)
+    if gpn <= 0:
+        return {"cpu_only": True, "gpus_per_node": 0, "nodes": [], "external": [], "hidden_nodes": 0}
+    cells: list[list[Any]] = []  # [role, engine index or null]
+    external: list[int] = []
+    n_actor = d.n_actor or p.train_gpus
+    if p.ownership == "colocated":
+        shared = max(n_actor, p.rollout_gpus)
+        engines = d.engines if d.engines else shared // e
+        for i in range(shared):
+            eng = i // e
+            in_engine = eng < engines
+            role = "shared" if i < n_actor and in_engine else ("train" if i < n_actor else ("rollout" if in_engine else "idle"))
+            cells.append([role, eng if in_engine else None])
+    else:
+        cells.extend(["train", None] for _ in range(n_actor))
+        if p.ownership == "disaggregated":
+            engines = d.engines if d.engines else p.rollout_gpus // e
+            for i in range(p.rollout_gpus):
+                eng = i // e
+                cells.append(["rollout", eng] if eng < engines else ["idle", None])
+        else:
+            engines = d.engines if d.engines else (len(p.external_engine_addrs) or p.rollout_gpus // e)
+            external = [e] * engines
+    capacity = max(p.nodes * gpn, math.ceil(len(cells) / gpn) * gpn)
+    cells.extend(["idle", None] for _ in range(capacity - len(cells)))
+    nodes = [cells[i:i + gpn] for i in range(0, len(cells), gpn)]
+    return {
+        "cpu_only": False,
+        "gpus_per_node": gpn,
+        "nodes": nodes[:MAX_DRAWN_NODES],
+        "hidden_nodes": max(0, len(nodes) - MAX_DRAWN_NODES),
+        "external": external,
+        "ownership": p.ownership,
+    }
+
+
+def _commands(exp: Experiment, d: Any) -> dict[str, Any]:
+    """The tutorial's run commands with this experiment's numbers."""
+    p = exp.placement
+    per_node = d.ray_gpus_per_node
+    nodes = d.ray_nodes
+    head = (f"ray start --head --node-ip-address HEAD_IP --num-gpus {per_node} \\\n"
+            f"  --dashboard-host 0.0.0.0 --dashboard-port 8265")
+    worker = f"ray start --address HEAD_IP:6379 --num-gpus {per_node}"
+    return {
+        "head": head,
+        "worker": worker,
+        "workers": nodes - 1,
+        "nodes": nodes,
+        "ray_gpus": d.total_gpus,
+        "external": p.ownership == "external",
+        "prepare": "bash experiment.sh prepare",
+        "convert": "bash experiment.sh convert",
+        "check": "bash experiment.sh check",
+        "train": "bash experiment.sh train",
+    }
+
+
+def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
+    exp = ws.b
+    derived = rules.derive(exp)
+    files, render_error = _files(exp)
+    share_link, share_link_ab = _share_links(ws)
+    return {
+        "workspace": ws.model_dump(mode="json"),
+        "findings": _dump(rules.validate(exp)),
+        "a_findings": _dump(rules.validate(ws.a)) if ws.a is not None else [],
+        "derived": _dump(derived),
+        "memory": _memory(exp),
+        "layout": _layout(exp, derived),
+        "commands": _commands(exp, derived),
+        "files": files,
+        "render_error": render_error,
+        "ab_diff": _ab_diff(ws),
+        "share_link": share_link,
+        "share_link_ab": share_link_ab,
+        "recipe": _recipe_info(exp),
+        "last_change": last_change,
+    }
+
+
+def _recipe_info(exp: Experiment) -> dict[str, Any] | None:
+    from lab.recipes import RecipeError, get_recipe
+
+    try:
+        r = get_recipe(exp.model.recipe)
+    except RecipeError:
+        return None
+    return {"name": r.name, "display_name": r.display_name, "kind": r.kind, "summary": r.summary, "notes": list(r.notes)}
+
+
+@router.post("/api/workspace")
+def post_workspace(req: WorkspaceRequest) -> Any:
+    ws = req.workspace if req.workspace is not None else Workspace()
+    try:
+        new = _apply(ws, req.action)
+    except ChangeError as exc:
+        return _error(422, ["body", "action", exc.field], exc.message)
+    return view(new, _last_change(req.action.type, ws, new))
+
+
+def _last_change(kind: str, before: Workspace, after: Workspace) -> Any:
+    """The history entry this action applied (undo: the one it took back), so the page can show
+    which fields changed with the user's change; null when the action touched no history."""
+    if kind == "undo" and len(after.redo) > len(before.redo):
+        return {"undone": True, **_dump(after.redo[-1])}
+    if kind != "view" and len(after.undo) and (len(after.undo) != len(before.undo) or after.undo[-1] is not before.undo[-1]):
+        if kind in ("save_a", "clear_a"):
+            return None
+        return {"undone": False, **_dump(after.undo[-1])}
+    return None
+
+
+@router.get("/api/grpo-example")
+def grpo_example() -> dict[str, Any]:
+    from slime.data.batch_builder import GRPO_EPS, normalize_group_rewards
+
+    rewards = list(GRPO_EXAMPLE_REWARDS)
+    n = len(rewards)
+    mean = math.fsum(rewards) / n
+    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / (n - 1))
+    advantages = normalize_group_rewards(rewards, n)
+    return {
+        "rewards": rewards,
+        "n": n,
+        "mean": mean,
+        "std": std,
+        "std_expr": _std_expr(rewards),
+        "eps": GRPO_EPS,
+        "advantages": advantages,
+        "source": "slime.data.batch_builder.normalize_group_rewards",
+        "starting_point": dict(GRPO_STARTING_POINT),
+    }
+
+
+def _std_expr(rewards: list[int]) -> str:
+    """The exact sample std of 0/1 rewards as √(p/q): Σ(r−mean)² / (n−1) = k(n−k)/(n(n−1))."""
+    from fractions import Fraction
+
+    n = len(rewards)
+    k = sum(rewards)
+    var = Fraction(k * (n - k), n * (n - 1))
+    return f"√({var.numerator}/{var.denominator})"

@@ -1,0 +1,141 @@
+"""Browser tests: the real app under uvicorn on 127.0.0.1 (a free port, in a thread) and Debian's
+Chromium driven by Playwright (no `playwright install`; see environment.md for the launch args).
+
+Every page fixture records each request URL, console error and page error; `assert_clean(page)`
+fails a test whose page fetched anything outside the origin or logged an error.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import pytest
+
+CHROMIUM = os.environ.get("SLIME_LAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def lab_url() -> Iterator[str]:
+    import uvicorn
+
+    from lab.app import create_app
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    if not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM):
+        pytest.skip(f"Chromium not found at {CHROMIUM}")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@dataclass
+class Recorder:
+    origin: str
+    requests: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def foreign(self) -> list[str]:
+        return [u for u in self.requests
+                if not (u.startswith(self.origin + "/") or u == self.origin or u.startswith(("data:", "blob:")))]
+
+
+def _record(page, rec: Recorder) -> None:
+    page.on("request", lambda r: rec.requests.append(r.url))
+    page.on("console", lambda m: rec.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: rec.errors.append(f"pageerror: {e}"))
+
+
+@pytest.fixture
+def new_page(chromium, lab_url):
+    """A factory of pages, each in a fresh browser context (own localStorage), recorded."""
+    contexts = []
+
+    def make(path: str = "/", *, lang: str | None = None, width: int = 1280, height: int = 900, wait: bool = True):
+        ctx = chromium.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
+        contexts.append(ctx)
+        # Any request leaving the origin is recorded and aborted (so a leak fails fast and offline).
+        rec = Recorder(origin=lab_url)
+
+        def route(r):
+            url = r.request.url
+            if url.startswith(lab_url + "/") or url.startswith(("data:", "blob:")):
+                r.continue_()
+            else:
+                r.abort()
+
+        ctx.route("**/*", route)
+        ctx.set_default_timeout(8_000)
+        if lang:
+            ctx.add_init_script(f"localStorage.getItem('slime-lab.lang') || localStorage.setItem('slime-lab.lang', '{lang}')")
+        page = ctx.new_page()
+        _record(page, rec)
+        page.lab = rec  # type: ignore[attr-defined]
+        if path is not None:
+            page.goto(lab_url + path)
+            if wait:
+                wait_ready(page)
+        return page
+
+    yield make
+    for ctx in contexts:
+        ctx.close()
+
+
+def wait_ready(page, rev: int | None = None) -> None:
+    page.wait_for_selector("body[data-ready='1']", timeout=10_000)
+
+
+def rev(page) -> int:
+    return int(page.evaluate("Number(document.body.dataset.rev || 0)"))
+
+
+def act(page, fn) -> None:
+    """Run a UI action and wait until the page has drawn the API's answer to it."""
+    before = rev(page)
+    fn()
+    page.wait_for_function(f"Number(document.body.dataset.rev || 0) > {before}", timeout=10_000)
+
+
+def reveal(page, path: str) -> None:
+    """Open the <details> around a field's control, as a user clicks its summary."""
+    page.evaluate("""p => { let d = document.querySelector(`[data-field="${p}"]`).closest('details');
+                          while (d) { d.open = true; d = d.parentElement.closest('details'); } }""", path)
+
+
+def assert_clean(page) -> None:
+    rec: Recorder = page.lab
+    assert rec.foreign() == [], f"requests left the origin: {rec.foreign()}"
+    assert rec.errors == [], f"console/page errors: {rec.errors}"
