@@ -1,0 +1,371 @@
+"""The command line: flag names users of Megatron + SGLang launch scripts already know.
+
+parse_args(argv) -> Config   (parsing only; raises UsageError)
+validate(cfg) -> list[str]   (pure checks, each message names its flags; nothing is allocated)
+
+Megatron flags are collected into cfg.megatron and `--sglang-*` flags into cfg.sglang for their
+backends; backend_capability_errors() says which of them the embedded backends cannot honour.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from typing import Any, Sequence
+
+from slime.config import (BatchConfig, ClusterConfig, Config, DataConfig, EvalConfig, LogConfig,
+                          LossConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig,
+                          SamplingConfig, SyncConfig)
+from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
+
+# Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
+MEGATRON_FLAGS = {
+    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
+    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
+    "--virtual-pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
+    "--decoder-last-pipeline-num-layers", "--recompute-granularity", "--recompute-method",
+    "--recompute-num-layers", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+    "--overlap-cpu-optimizer-d2h-h2d", "--overlap-grad-reduce", "--overlap-param-gather",
+    "--use-distributed-optimizer", "--num-layers", "--hidden-size", "--ffn-hidden-size",
+    "--num-attention-heads", "--group-query-attention", "--num-query-groups", "--kv-channels",
+    "--max-position-embeddings", "--seq-length", "--normalization", "--norm-epsilon", "--swiglu",
+    "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm", "--position-embedding-type",
+    "--rotary-base", "--rotary-percent", "--untie-embeddings-and-output-weights", "--vocab-size",
+    "--make-vocab-size-divisible-by", "--use-rotary-position-embeddings", "--num-experts",
+    "--bf16", "--fp16", "--attention-dropout", "--hidden-dropout", "--lr-decay-style", "--min-lr",
+    "--lr-warmup-iters", "--lr-warmup-fraction", "--lr-decay-iters", "--attention-softmax-in-fp32",
+    "--accumulate-allreduce-grads-in-fp32", "--attention-backend", "--ckpt-format",
+    "--no-save-optim", "--no-load-optim", "--no-load-rng", "--optimizer", "--use-mcore-models",
+    "--transformer-impl", "--spec", "--megatron-to-hf-mode", "--allgather-cp",
+}
+MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-")
+
+
+class UsageError(ValueError):
+    """A command-line problem; the message names the flag."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # raise instead of sys.exit, so callers and tests see it
+        raise UsageError(message)
+
+
+def _bool(p: argparse._ArgumentGroup, name: str, help: str) -> None:
+    p.add_argument(name, action="store_true", help=help)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="train.py", add_help=True, allow_abbrev=False,
+                 description="slime: GRPO/PPO post-training (rollout -> reward -> train -> sync)")
+    g = ap.add_argument_group("cluster")
+    g.add_argument("--actor-num-nodes", type=int, default=1)
+    g.add_argument("--actor-num-gpus-per-node", type=int, default=8,
+                   help="trainer ranks per node (GPUs; CPU bundles on a machine without GPUs)")
+    g.add_argument("--rollout-num-gpus", type=int, default=None)
+    g.add_argument("--rollout-num-gpus-per-engine", type=int, default=1)
+    g.add_argument("--num-gpus-per-node", type=int, default=8)
+    _bool(g, "--colocate", "training and rollout alternate on one pool")
+    _bool(g, "--offload", "offload both sides between phases")
+    _bool(g, "--offload-train", "offload the trainer during rollout")
+    _bool(g, "--offload-rollout", "release engine memory during training")
+    g.add_argument("--cpus-per-bundle", type=float, default=0.5,
+                   help="CPUs per placement bundle when Ray has no GPUs (fractions let pools share 2 cores)")
+    g.add_argument("--train-backend", choices=["embedded", "megatron"], default="embedded")
+    g.add_argument("--rollout-backend", choices=["embedded", "sglang"], default="embedded")
+    g.add_argument("--rollout-external-engine-addrs", nargs="+", default=None)
+
+    g = ap.add_argument_group("model and checkpoints")
+    g.add_argument("--hf-checkpoint", default=None)
+    g.add_argument("--ref-load", default=None)
+    g.add_argument("--load", default=None)
+    g.add_argument("--save", default=None)
+    g.add_argument("--save-interval", type=int, default=None)
+
+    g = ap.add_argument_group("data")
+    g.add_argument("--prompt-data", default=None)
+    g.add_argument("--input-key", default="input")
+    g.add_argument("--label-key", default=None)
+    g.add_argument("--metadata-key", default="metadata")
+    g.add_argument("--tool-key", default="tools")
+    _bool(g, "--apply-chat-template", "wrap prompts as a user message with the chat template")
+    g.add_argument("--apply-chat-template-kwargs", type=json.loads, default={})
+    _bool(g, "--rollout-shuffle", "shuffle each epoch with --rollout-seed + epoch")
+    g.add_argument("--rollout-seed", type=int, default=42)
+    g.add_argument("--num-rollout", type=int, default=None)
+    g.add_argument("--num-epoch", type=int, default=None)
+
+    g = ap.add_argument_group("rollout")
+    g.add_argument("--rollout-batch-size", type=int, default=None)
+    g.add_argument("--n-samples-per-prompt", type=int, default=1)
+    g.add_argument("--rollout-temperature", type=float, default=1.0)
+    g.add_argument("--rollout-top-p", type=float, default=1.0)
+    g.add_argument("--rollout-top-k", type=int, default=-1)
+    g.add_argument("--rollout-max-response-len", type=int, default=1024)
+    g.add_argument("--rollout-max-prompt-len", type=int, default=None)
+    g.add_argument("--rollout-stop-token-ids", type=int, nargs="+", default=None)
+    g.add_argument("--rm-type", default=None)
+    g.add_argument("--custom-rm-path", default=None)
+    g.add_argument("--reward-key", default=None)
+    _bool(g, "--group-rm", "the custom reward receives the whole group of n samples")
+    g.add_argument("--custom-generate-function-path", default=None)
+    g.add_argument("--sglang-server-concurrency", type=int, default=512)
+
+    g = ap.add_argument_group("algorithm and loss")
+    g.add_argument("--advantage-estimator", default="grpo",
+                   choices=["grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"])
+    _bool(g, "--disable-grpo-std-normalization", "mean-centring only")
+    _bool(g, "--disable-rewards-normalization", "raw rewards as advantages")
+    g.add_argument("--eps-clip", type=float, default=0.2)
+    g.add_argument("--eps-clip-high", type=float, default=None)
+    g.add_argument("--eps-clip-c", type=float, default=None)
+    _bool(g, "--use-kl-loss", "add a KL term against the --ref-load model")
+    g.add_argument("--kl-loss-coef", type=float, default=0.0)
+    g.add_argument("--kl-loss-type", choices=["k1", "k2", "k3", "low_var_kl"], default="k1")
+    g.add_argument("--kl-coef", type=float, default=0.0)
+    g.add_argument("--entropy-coef", type=float, default=0.0)
+    _bool(g, "--use-tis", "truncated importance sampling against the rollout log-probs")
+    g.add_argument("--tis-clip", type=float, default=2.0)
+    g.add_argument("--tis-clip-low", type=float, default=0.0)
+    _bool(g, "--use-icepop", "IcePop: mask tokens whose train/rollout ratio leaves [low, high]")
+    g.add_argument("--icepop-low", type=float, default=0.5)
+    g.add_argument("--icepop-high", type=float, default=2.0)
+    _bool(g, "--use-rollout-logprobs", "use the engine's log-probs as the PPO old policy")
+
+    g = ap.add_argument_group("batching and optimizer")
+    g.add_argument("--global-batch-size", type=int, default=None)
+    g.add_argument("--num-steps-per-rollout", type=int, default=None)
+    g.add_argument("--micro-batch-size", type=int, default=1)
+    _bool(g, "--use-dynamic-batch-size", "pack micro-batches up to --max-tokens-per-gpu")
+    g.add_argument("--max-tokens-per-gpu", type=int, default=None)
+    g.add_argument("--lr", type=float, default=1e-6)
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--adam-beta1", type=float, default=0.9)
+    g.add_argument("--adam-beta2", type=float, default=0.98)
+    g.add_argument("--adam-eps", type=float, default=1e-8)
+    g.add_argument("--clip-grad", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=1234)
+
+    g = ap.add_argument_group("weight sync")
+    g.add_argument("--update-weight-mode", choices=["full", "delta"], default="full")
+    g.add_argument("--update-weight-transport", choices=["nccl", "disk", "tensor", "http"], default=None,
+                   help="default: tensor (object-store hand-off) when colocated, else disk on CPU / nccl on GPU")
+    g.add_argument("--update-weight-disk-dir", default=None)
+    g.add_argument("--update-weight-buffer-size", type=int, default=512 * 1024**2)
+    g.add_argument("--update-weights-interval", type=int, default=1)
+
+    g = ap.add_argument_group("evaluation")
+    g.add_argument("--eval-interval", type=int, default=None)
+    g.add_argument("--eval-prompt-data", nargs="+", default=None, metavar="NAME PATH")
+    g.add_argument("--n-samples-per-eval-prompt", type=int, default=1)
+    g.add_argument("--eval-max-response-len", type=int, default=None)
+    g.add_argument("--eval-temperature", type=float, default=None)
+    g.add_argument("--eval-top-p", type=float, default=None)
+    _bool(g, "--skip-eval-before-train", "no evaluation before the first rollout")
+
+    g = ap.add_argument_group("logging")
+    g.add_argument("--output-dir", default=None, help="metrics.jsonl is appended here")
+    _bool(g, "--use-tensorboard", "also write TensorBoard events to OUTPUT_DIR/tensorboard")
+    _bool(g, "--use-wandb", "not available in this build: refused by validate()")
+    g.add_argument("--save-debug-rollout-data", default=None,
+                   help="write each rollout's samples to this path ({rollout_id} is filled in), JSONL")
+    return ap
+
+
+def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """Pull Megatron and --sglang-* flags out of argv. A flag's value is the next token unless it
+    starts with '--' (then the flag is a switch, True)."""
+    rest: list[str] = []
+    megatron: dict[str, Any] = {}
+    sglang: dict[str, Any] = {}
+    own = {"--sglang-server-concurrency"}
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        tok = argv[i]
+        name = tok.split("=", 1)[0]
+        target = None
+        if name.startswith("--sglang-") and name not in own:
+            target, key = sglang, name[len("--sglang-"):]
+        elif name in MEGATRON_FLAGS or name.startswith(MEGATRON_PREFIXES):
+            target, key = megatron, name[2:]
+        if target is None:
+            rest.append(tok)
+            i += 1
+            continue
+        key = key.replace("-", "_")
+        if "=" in tok:
+            target[key] = tok.split("=", 1)[1]
+            i += 1
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            target[key] = argv[i + 1]
+            i += 2
+        else:
+            target[key] = True
+            i += 1
+    return rest, megatron, sglang
+
+
+def _unknown_flag_error(unknown: list[str], parser: argparse.ArgumentParser) -> UsageError:
+    known = [o for a in parser._actions for o in a.option_strings] + sorted(MEGATRON_FLAGS)
+    lines = []
+    prev_unknown_flag = False
+    for tok in unknown:
+        if not tok.startswith("-"):
+            if not prev_unknown_flag:  # a value after an unknown flag is that flag's value
+                lines.append(f"unexpected value {tok!r} (no flag takes it)")
+            continue
+        prev_unknown_flag = True
+        name = tok.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        lines.append(f"unknown flag {name}{hint}")
+    return UsageError("; ".join(lines))
+
+
+def parse_args(argv: Sequence[str], async_mode: bool = False) -> Config:
+    parser = build_parser()
+    rest, megatron, sglang = _split_passthrough(argv)
+    ns, unknown = parser.parse_known_args(rest)
+    if unknown:
+        raise _unknown_flag_error(unknown, parser)
+    return build_config(ns, megatron, sglang, async_mode)
+
+
+def _eval_pairs(items: list[str] | None) -> list[tuple[str, str]]:
+    if not items:
+        return []
+    if len(items) % 2:
+        raise UsageError(f"--eval-prompt-data takes NAME PATH pairs; got {len(items)} items: {items}")
+    return [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+
+
+def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mode: bool = False) -> Config:
+    sampling = SamplingConfig(ns.rollout_temperature, ns.rollout_top_p, ns.rollout_top_k,
+                              ns.rollout_max_response_len, ns.rollout_stop_token_ids)
+    eval_sampling = SamplingConfig(
+        ns.eval_temperature if ns.eval_temperature is not None else ns.rollout_temperature,
+        ns.eval_top_p if ns.eval_top_p is not None else ns.rollout_top_p,
+        ns.rollout_top_k,
+        ns.eval_max_response_len or ns.rollout_max_response_len,
+        ns.rollout_stop_token_ids,
+    )
+    colocate = ns.colocate
+    return Config(
+        cluster=ClusterConfig(
+            ns.actor_num_nodes, ns.actor_num_gpus_per_node, ns.rollout_num_gpus,
+            ns.rollout_num_gpus_per_engine, ns.num_gpus_per_node, colocate,
+            ns.offload or ns.offload_train or colocate, ns.offload or ns.offload_rollout or colocate,
+            ns.cpus_per_bundle, ns.train_backend, ns.rollout_backend),
+        data=DataConfig(ns.prompt_data, ns.input_key, ns.label_key, ns.metadata_key,
+                        ns.apply_chat_template, ns.apply_chat_template_kwargs, ns.rollout_shuffle,
+                        ns.rollout_seed, ns.rollout_max_prompt_len),
+        rollout=RolloutConfig(ns.rollout_batch_size or 0, ns.n_samples_per_prompt, sampling,
+                              ns.rm_type, ns.custom_rm_path, ns.group_rm, ns.reward_key,
+                              ns.custom_generate_function_path, ns.rollout_seed,
+                              ns.sglang_server_concurrency),
+        run=RunConfig(ns.num_rollout, ns.num_epoch, ns.seed),
+        model=ModelConfig(ns.hf_checkpoint, ns.ref_load, ns.load, ns.save, ns.save_interval),
+        optim=OptimConfig(ns.lr, ns.weight_decay, ns.adam_beta1, ns.adam_beta2, ns.adam_eps, ns.clip_grad),
+        loss=LossConfig(
+            ns.advantage_estimator, not ns.disable_rewards_normalization,
+            not ns.disable_grpo_std_normalization and ns.n_samples_per_prompt > 1,
+            ns.eps_clip, ns.eps_clip_high, ns.eps_clip_c, ns.use_kl_loss, ns.kl_loss_coef,
+            ns.kl_loss_type, ns.entropy_coef, ns.use_tis, ns.tis_clip, ns.tis_clip_low,
+            ns.use_icepop, ns.icepop_low, ns.icepop_high, ns.use_rollout_logprobs,
+            ns.rollout_temperature),
+        batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
+                          ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
+        sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
+                        ns.update_weight_buffer_size, ns.update_weights_interval),
+        eval=EvalConfig(ns.eval_interval, _eval_pairs(ns.eval_prompt_data),
+                        ns.n_samples_per_eval_prompt, eval_sampling, ns.skip_eval_before_train),
+        log=LogConfig(ns.output_dir, ns.use_tensorboard, ns.use_wandb, ns.save_debug_rollout_data),
+        megatron=megatron,
+        sglang=sglang,
+        async_mode=async_mode,
+    )
+
+
+def steps_per_rollout(cfg: Config) -> int:
+    samples = cfg.rollout.rollout_batch_size * cfg.rollout.n_samples_per_prompt
+    if cfg.batch.num_steps_per_rollout:
+        return cfg.batch.num_steps_per_rollout
+    if cfg.batch.global_batch_size:
+        return max(1, samples // cfg.batch.global_batch_size)
+    return 1
+
+
+def validate(cfg: Config) -> list[str]:
+    """Every problem found, each naming its flags. Pure: reads files' existence, allocates nothing."""
+    from pathlib import Path
+
+    e: list[str] = []
+    r, b = cfg.rollout, cfg.batch
+    if cfg.run.num_rollout is None and cfg.run.num_epoch is None:
+        e.append("set the run length with --num-rollout or --num-epoch")
+    if r.rollout_batch_size <= 0:
+        e.append("--rollout-batch-size is required (prompts per rollout, > 0)")
+    if r.n_samples_per_prompt < 1:
+        e.append("--n-samples-per-prompt must be >= 1")
+    if r.sampling.temperature <= 0:
+        e.append("--rollout-temperature must be > 0 (log-probs are taken at this temperature)")
+    if not 0 < r.sampling.top_p <= 1:
+        e.append("--rollout-top-p must lie in (0, 1]")
+    samples = r.rollout_batch_size * r.n_samples_per_prompt
+    if b.global_batch_size and b.num_steps_per_rollout and samples and \
+            b.global_batch_size != samples // b.num_steps_per_rollout:
+        e.append(f"--global-batch-size {b.global_batch_size} disagrees with --num-steps-per-rollout "
+                 f"{b.num_steps_per_rollout} (rollout holds {samples} samples); keep one")
+    gbs = b.global_batch_size or (samples // (b.num_steps_per_rollout or 1) if samples else 0)
+    if samples and gbs and samples % gbs:
+        e.append(f"--global-batch-size {gbs} does not divide the {samples} samples of a rollout "
+                 f"(--rollout-batch-size x --n-samples-per-prompt): samples would be dropped")
+    if samples and gbs and gbs % cfg.cluster.num_trainer_ranks:
+        e.append(f"the global batch ({gbs} samples) does not split over {cfg.cluster.num_trainer_ranks} "
+                 f"trainer ranks (--actor-num-nodes x --actor-num-gpus-per-node)")
+    if b.use_dynamic_batch_size and not b.max_tokens_per_gpu:
+        e.append("--use-dynamic-batch-size needs --max-tokens-per-gpu")
+    if r.n_samples_per_prompt == 1 and cfg.loss.advantage_estimator in ("grpo", "gspo", "cispo") \
+            and cfg.loss.normalize_rewards:
+        e.append("--n-samples-per-prompt 1 with a group-relative estimator gives every sample advantage 0; "
+                 "use n >= 2 or --disable-rewards-normalization")
+    if cfg.loss.advantage_estimator == "ppo":
+        e.append("--advantage-estimator ppo needs a critic, which this build does not train yet; use grpo")
+    if not r.rm_type and not r.custom_rm_path:
+        e.append("choose a reward: --rm-type (deepscaler, math, f1, random) or --custom-rm-path")
+    if r.group_rm and not r.custom_rm_path:
+        e.append("--group-rm needs --custom-rm-path (a function that scores a whole group)")
+    if cfg.data.prompt_data is None:
+        e.append("--prompt-data is required")
+    elif not Path(cfg.data.prompt_data).exists():
+        e.append(f"--prompt-data: file not found: {cfg.data.prompt_data}")
+    if cfg.model.hf_checkpoint is None:
+        e.append("--hf-checkpoint is required (tokenizer, config and serving weights)")
+    elif not Path(cfg.model.hf_checkpoint).is_dir():
+        e.append(f"--hf-checkpoint: not a directory: {cfg.model.hf_checkpoint}")
+    if cfg.model.save_interval and not cfg.model.save:
+        e.append("--save-interval needs --save")
+    if cfg.model.load and not Path(cfg.model.load).is_dir():
+        e.append(f"--load: not a directory: {cfg.model.load}")
+    if cfg.loss.use_kl_loss and not cfg.model.ref_load:
+        e.append("--use-kl-loss needs a frozen reference model from --ref-load")
+    if cfg.loss.use_tis and cfg.loss.use_icepop:
+        e.append("--use-tis and --use-icepop are two corrections of the same ratio: pick one")
+    if cfg.eval.interval and not cfg.eval.datasets:
+        e.append("--eval-interval needs --eval-prompt-data NAME PATH")
+    for name, path in cfg.eval.datasets:
+        if not Path(path).exists():
+            e.append(f"--eval-prompt-data {name}: file not found: {path}")
+    if cfg.sync.transport == "disk" and not cfg.sync.disk_dir:
+        e.append("--update-weight-transport disk needs --update-weight-disk-dir")
+    if cfg.sync.update_weight_mode == "delta":
+        e.append("--update-weight-mode delta is not implemented yet; use full")
+    if cfg.async_mode and cfg.cluster.colocate:
+        e.append("train_async.py keeps generation in flight while training, which needs separate pools: "
+                 "drop --colocate (or use train.py)")
+    if cfg.log.use_wandb:
+        e.append("--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl")
+    e.extend(backend_capability_errors(cfg))
+    e.extend(model_flag_errors(cfg))
+    return e

@@ -1,0 +1,167 @@
+"""The embedded rollout engine without HTTP: model, generation, versioned weight updates,
+memory release. slime/rollout/engines/embedded.py puts the SGLang protocol in front of it.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from slime.backends.embedded.model import eos_token_ids, load_model, load_tokenizer, pick_device
+from slime.backends.embedded.sampler import RowParams, sample
+from slime.backends.embedded.weights import decode_bucket, load_into, read_weights_dir
+
+
+class EngineError(Exception):
+    """A refused request; status is the HTTP status the server answers with."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_version(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass
+class GenerateRequest:
+    input_ids: list[list[int]]  # one prompt per entry (already expanded by n)
+    params: list[RowParams]
+    rids: list[str]
+    return_logprob: bool = True
+
+
+class EngineCore:
+    def __init__(self, hf_checkpoint: str, seed: int = 0, weight_version: str = "0"):
+        self.hf_checkpoint = hf_checkpoint
+        self.tokenizer = load_tokenizer(hf_checkpoint)
+        self.model = load_model(hf_checkpoint).eval()
+        self.device = pick_device()
+        self.eos_ids = eos_token_ids(self.tokenizer, hf_checkpoint)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
+        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.weight_version = str(weight_version)
+        self._partial_version: str | None = None  # a bucketed update in progress
+        self.released = False
+        self.lock = threading.Lock()  # one forward pass at a time; updates wait for it
+        self.busy = 0
+        self._abort_all = False
+        self._abort_rids: set[str] = set()
+
+    # -- generation --------------------------------------------------------------------------
+    def generate(self, req: GenerateRequest) -> list[dict[str, Any]]:
+        if self.released:
+            raise EngineError("engine memory is released; POST /resume_memory_occupation first", 503)
+        self.busy += 1
+        try:
+            with self.lock:
+                self._abort_all = False
+                abort = lambda i: self._abort_all or req.rids[i] in self._abort_rids  # noqa: E731
+                rows = sample(self.model, req.input_ids, req.params, self.pad_id, self.eos_ids,
+                              self.generator, abort)
+                version = self.weight_version
+        finally:
+            self.busy -= 1
+            self._abort_rids.difference_update(req.rids)
+        outs = []
+        for rid, prompt, row in zip(req.rids, req.input_ids, rows):
+            fr: dict[str, Any] = {"type": row.finish_type}
+            if row.finish_type == "stop":
+                fr["matched"] = row.matched
+            elif row.finish_type == "length":
+                fr["length"] = len(row.output_ids)
+            else:
+                fr.update(message="aborted by /abort_request", status_code=None, err_type=None)
+            meta = {"id": rid, "finish_reason": fr, "prompt_tokens": len(prompt),
+                    "completion_tokens": len(row.output_ids), "cached_tokens": 0,
+                    "weight_version": version}
+            if req.return_logprob:
+                meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(row.logprobs, row.output_ids)]
+                meta["input_token_logprobs"] = []
+            outs.append({"text": self.tokenizer.decode(row.output_ids, skip_special_tokens=True),
+                         "output_ids": row.output_ids, "meta_info": meta})
+        return outs
+
+    def abort(self, rid: str = "", abort_all: bool = False) -> None:
+        if abort_all:
+            self._abort_all = True
+        elif rid:
+            self._abort_rids.add(rid)
+
+    def flush_cache(self) -> None:
+        # No cross-request prefix cache is kept; refuse while busy like SGLang (clients retry).
+        if self.busy:
+            raise EngineError("cannot flush the cache while requests are running", 400)
+
+    # -- weights -----------------------------------------------------------------------------
+    def _check_version(self, version: Any) -> str:
+        new = parse_version(version)
+        if new is None:
+            raise EngineError(f"weight_version must be an integer string, got {version!r}")
+        cur = parse_version(self.weight_version)
+        if self._partial_version is not None and str(new) == self._partial_version:
+            return str(new)  # next bucket of the update in progress
+        if cur is not None and new <= cur:
+            raise EngineError(f"stale weight_version {new}: the engine already serves version {cur}; "
+                              f"versions must increase")
+        return str(new)
+
+    def update_from_named(self, named: dict[str, torch.Tensor], version: Any, last_bucket: bool) -> None:
+        v = self._check_version(version)
+        with self.lock:
+            load_into(self.model, named, strict=False)
+            self._partial_version = None if last_bucket else v
+            if last_bucket:
+                self.weight_version = v
+
+    def update_from_disk(self, model_path: str, version: Any) -> None:
+        v = self._check_version(version)
+        named = read_weights_dir(model_path)
+        with self.lock:
+            load_into(self.model, named, strict=True)
+            self.weight_version = v
+            self._partial_version = None
+
+    def update_from_bytes(self, payload: bytes, version: Any, last_bucket: bool) -> None:
+        self.update_from_named(decode_bucket(payload), version, last_bucket)
+
+    # -- memory ------------------------------------------------------------------------------
+    def release(self, tags: list[str] | None) -> None:
+        """Drop the weights (tags None or containing 'weights'); they come back uninitialised on
+        resume and must be refilled by a weight update, as in SGLang without a CPU backup."""
+        if self.busy:
+            raise EngineError("cannot release memory while requests are running", 400)
+        if tags is None or "weights" in tags:
+            with self.lock:
+                # Buffers (rotary inv_freq, ...) are derived state, not weights: keep a copy.
+                self._buffers = {n: b.detach().cpu().clone() for n, b in self.model.named_buffers()}
+                self.model.to("meta")
+                self.released = True
+
+    def resume(self, tags: list[str] | None) -> None:
+        if self.released and (tags is None or "weights" in tags):
+            with self.lock:
+                self.model.to_empty(device=self.device)
+                for name, saved in self._buffers.items():
+                    mod_name, _, attr = name.rpartition(".")
+                    setattr(self.model.get_submodule(mod_name), attr, saved.to(self.device))
+                self.released = False
+
+    # -- info --------------------------------------------------------------------------------
+    def model_info(self) -> dict[str, Any]:
+        cfg = self.model.config
+        return {"model_path": self.hf_checkpoint, "tokenizer_path": self.hf_checkpoint,
+                "is_generation": True, "weight_version": self.weight_version,
+                "model_type": cfg.model_type, "architectures": list(cfg.architectures or [])}
+
+
+def new_rid() -> str:
+    return uuid.uuid4().hex

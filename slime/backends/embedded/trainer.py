@@ -1,0 +1,181 @@
+"""The embedded trainer: one HF causal LM per data-parallel rank, DDP over torch.distributed
+(gloo on CPU, nccl on GPU), AdamW, gradient clipping, the shared loss of slime/training/loss.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from slime.backends.embedded.model import load_model, pick_device
+from slime.backends.embedded.weights import named_weights
+from slime.config import BatchConfig, LossConfig, OptimConfig
+from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.training.loss import LossConfig as LossFnConfig
+from slime.training.loss import compute_total_loss, entropy_from_logits, gather_log_probs
+
+
+@dataclass
+class Padded:
+    tokens: torch.Tensor  # [B, T] right-padded
+    attention: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T-1] float, aligned with shifted log-probs
+    advantages: torch.Tensor  # [B]
+    rollout_log_probs: torch.Tensor  # [B, T-1]
+
+
+def pad_records(records: list[TrainRecord], pad_id: int, device: torch.device) -> Padded:
+    b, t = len(records), max(len(r.tokens) for r in records)
+    tokens = torch.full((b, t), pad_id, dtype=torch.long)
+    attention = torch.zeros((b, t), dtype=torch.long)
+    mask = torch.zeros((b, t - 1))
+    rollout = torch.zeros((b, t - 1))
+    for i, r in enumerate(records):
+        tokens[i, :len(r.tokens)] = torch.tensor(r.tokens)
+        attention[i, :len(r.tokens)] = 1
+        # Response token j sits at position p + j; its log-prob at shifted index p + j - 1.
+        lo, hi = r.prompt_len - 1, len(r.tokens) - 1
+        mask[i, lo:hi] = torch.tensor(r.response_mask, dtype=torch.float)
+        if r.rollout_log_probs:
+            rollout[i, lo:hi] = torch.tensor(r.rollout_log_probs)
+    adv = torch.tensor([r.advantage for r in records], dtype=torch.float)
+    return Padded(tokens.to(device), attention.to(device), mask.to(device), adv.to(device), rollout.to(device))
+
+
+def loss_fn_config(loss: LossConfig) -> LossFnConfig:
+    tis_mode = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
+    low, high = ((loss.icepop_low, loss.icepop_high) if loss.use_icepop else (loss.tis_clip_low, loss.tis_clip))
+    return LossFnConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
+                        kl_loss_coef=loss.kl_loss_coef if loss.use_kl_loss else 0.0,
+                        kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
+                        tis_mode=tis_mode, tis_clip=high, tis_clip_low=low)
+
+
+class EmbeddedTrainer:
+    def __init__(self, hf_checkpoint: str, weights: dict[str, torch.Tensor] | None,
+                 ref_weights: dict[str, torch.Tensor] | None, optim: OptimConfig, loss: LossConfig,
+                 batch: BatchConfig, rank: int = 0, world_size: int = 1, seed: int = 1234):
+        torch.manual_seed(seed)  # same init on every rank; DDP also broadcasts rank 0's params
+        self.rank, self.world_size = rank, world_size
+        self.device = pick_device()
+        self.loss_cfg, self.batch_cfg, self.optim_cfg = loss, batch, optim
+        self.fn_cfg = loss_fn_config(loss)
+        self.module = load_model(hf_checkpoint, weights, self.device).train()
+        self.ref = None
+        if loss.use_kl_loss:
+            self.ref = load_model(hf_checkpoint, ref_weights, self.device).eval().requires_grad_(False)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(hf_checkpoint)
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        self.model: torch.nn.Module = self.module
+        if world_size > 1:
+            self.model = torch.nn.parallel.DistributedDataParallel(self.module)
+        self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=optim.lr,
+                                           betas=(optim.adam_beta1, optim.adam_beta2),
+                                           eps=optim.adam_eps, weight_decay=optim.weight_decay)
+
+    # -- forward ---------------------------------------------------------------------------------
+    def _logits(self, model: torch.nn.Module, p: Padded) -> torch.Tensor:
+        return model(input_ids=p.tokens, attention_mask=p.attention).logits[:, :-1]
+
+    @torch.no_grad()
+    def log_probs(self, records: list[TrainRecord], use_ref: bool = False) -> list[list[float]]:
+        """Response-token log-probs (at the rollout temperature) for each record."""
+        model = self.ref if use_ref else self.module
+        p = pad_records(records, self.pad_id, self.device)
+        lp = gather_log_probs(self._logits(model, p), p.tokens[:, 1:], self.loss_cfg.temperature)
+        return [lp[i, r.prompt_len - 1:len(r.tokens) - 1].tolist() for i, r in enumerate(records)]
+
+    # -- one rollout's training ------------------------------------------------------------------
+    def train(self, records: list[TrainRecord], num_steps: int) -> dict[str, float]:
+        """num_steps optimizer steps over this rollout's records (all ranks get all records and
+        take their shard). Old log-probs are the trainer's own, computed before the first step
+        (or the engine's with --use-rollout-logprobs)."""
+        sums: dict[str, float] = {}
+        count = 0
+        cap = self.batch_cfg.max_tokens_per_gpu if self.batch_cfg.use_dynamic_batch_size else None
+        plan = []
+        for step in split_steps(records, num_steps):
+            shard = rank_shard(step, self.rank, self.world_size)
+            plan.append((shard, micro_batches(shard, self.batch_cfg.micro_batch_size, cap)))
+        # The PPO "old" policy is the one that existed before this rollout's first update.
+        all_olds = [[self._old(mb) for mb in mbs] for _, mbs in plan]
+        for (shard, mbs), olds in zip(plan, all_olds):
+            self.optimizer.zero_grad(set_to_none=True)
+            for k, (mb, (old, ref)) in enumerate(zip(mbs, olds)):
+                last = k == len(mbs) - 1
+                sync = contextlib.nullcontext() if last or self.world_size == 1 else self.model.no_sync()
+                with sync:
+                    loss, metrics = self._micro_loss(mb, old, ref)
+                    (loss * len(mb) / len(shard)).backward()
+                for key, v in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + v
+                count += 1
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.clip_grad)
+            self.optimizer.step()
+            sums["train/grad_norm"] = sums.get("train/grad_norm", 0.0) + float(grad_norm) * len(mbs)
+        out = {k: v / max(count, 1) for k, v in sums.items()}
+        return self._all_reduce_mean(out)
+
+    def _old(self, mb: list[TrainRecord]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        p = pad_records(mb, self.pad_id, self.device)
+        with torch.no_grad():
+            if self.loss_cfg.use_rollout_logprobs:
+                old = p.rollout_log_probs
+            else:
+                old = gather_log_probs(self._logits(self.module, p), p.tokens[:, 1:], self.loss_cfg.temperature)
+            ref = None
+            if self.ref is not None:
+                ref = gather_log_probs(self._logits(self.ref, p), p.tokens[:, 1:], self.loss_cfg.temperature)
+        return old, ref
+
+    def _micro_loss(self, mb: list[TrainRecord], old: torch.Tensor, ref: torch.Tensor | None):
+        p = pad_records(mb, self.pad_id, self.device)
+        logits = self._logits(self.model, p)
+        lp = gather_log_probs(logits, p.tokens[:, 1:], self.loss_cfg.temperature)
+        ent = entropy_from_logits(logits, self.loss_cfg.temperature)
+        if self.loss_cfg.entropy_coef == 0:
+            ent = ent.detach()
+        return compute_total_loss(lp, old, p.advantages, p.loss_mask, self.fn_cfg, ref_log_probs=ref,
+                                  rollout_log_probs=p.rollout_log_probs, entropy=ent)
+
+    def _all_reduce_mean(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.world_size == 1 or not metrics:
+            return metrics
+        keys = sorted(metrics)
+        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
+        dist.all_reduce(t)
+        return {k: float(v) / self.world_size for k, v in zip(keys, t)}
+
+    # -- weights, offload, state ------------------------------------------------------------------
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        return named_weights(self.module)
+
+    def offload(self) -> None:
+        """Colocated runs: free the accelerator for the engines (no-op on CPU)."""
+        if self.device.type == "cuda":
+            self.module.to("cpu")
+            for state in self.optimizer.state.values():
+                for k, v in state.items():
+                    if torch.is_tensor(v):
+                        state[k] = v.to("cpu")
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        if self.device.type == "cuda":
+            self.module.to(self.device)
+            for state in self.optimizer.state.values():
+                for k, v in state.items():
+                    if torch.is_tensor(v):
+                        state[k] = v.to(self.device)
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int) -> None:
+    if world_size > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}",
+                                rank=rank, world_size=world_size)

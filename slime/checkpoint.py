@@ -1,0 +1,141 @@
+"""Training checkpoints of the embedded backend (and the --ref-load format the converter writes).
+
+Layout (Megatron-like, so users' habits carry over):
+    SAVE/iter_0000005/model.safetensors   weights (names of model.named_parameters())
+    SAVE/iter_0000005/optimizer.pt        AdamW state (absent in a converted --ref-load dir)
+    SAVE/iter_0000005/state.json          next rollout id, data position, RNG, weight version,
+                                          and a manifest (size + sha256) of the files above
+    SAVE/latest_checkpointed_iteration.txt   "5" (or "release"), written LAST, atomically
+
+A directory is loadable only through its marker, and only when every file matches the
+manifest: a crash mid-save (no marker, or a truncated file) is refused with a message, never
+loaded and never mistaken for a fresh start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MARKER = "latest_checkpointed_iteration.txt"
+FORMAT = "slime-embedded-v1"
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+def iter_dir(root: str | Path, iteration: int | str) -> Path:
+    name = "release" if iteration == "release" else f"iter_{int(iteration):07d}"
+    return Path(root) / name
+
+
+def _digest(path: Path) -> dict[str, Any]:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"size": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(root: str | Path, iteration: int | str, weights: dict, optimizer_state: dict | None,
+                    state: dict[str, Any]) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    root = Path(root)
+    d = iter_dir(root, iteration)
+    shutil.rmtree(d, ignore_errors=True)
+    d.mkdir(parents=True)
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(d / "model.safetensors"))
+    files = ["model.safetensors"]
+    if optimizer_state is not None:
+        torch.save(optimizer_state, d / "optimizer.pt")
+        files.append("optimizer.pt")
+    manifest = {f: _digest(d / f) for f in files}
+    _atomic_write(d / "state.json", json.dumps({**state, "format": FORMAT, "iteration": iteration,
+                                                 "files": manifest}, indent=1))
+    _atomic_write(root / MARKER, str(iteration))  # last: only now is the checkpoint visible
+    return d
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    state: dict[str, Any]
+
+    def weights(self):
+        from safetensors.torch import load_file
+
+        return load_file(str(self.path / "model.safetensors"))
+
+    def optimizer_state(self):
+        import torch
+
+        p = self.path / "optimizer.pt"
+        return torch.load(p, weights_only=False) if p.exists() else None
+
+
+def resolve_checkpoint(root: str | Path, flag: str = "--load") -> Checkpoint:
+    """The checkpoint the marker points at, verified against its manifest; else CheckpointError."""
+    root = Path(root)
+    marker = root / MARKER
+    if not marker.exists():
+        found = sorted(p.name for p in root.glob("iter_*")) if root.is_dir() else []
+        hint = (f"; it holds {found} but no marker, so the last save did not finish (or {flag} points at "
+                f"an iter_* folder instead of its parent)") if found else ""
+        raise CheckpointError(f"{flag} {root}: no {MARKER}: not a complete checkpoint directory{hint}")
+    it = marker.read_text().strip()
+    d = iter_dir(root, it if it == "release" else int(it))
+    state_path = d / "state.json"
+    if not state_path.exists():
+        raise CheckpointError(f"{flag} {root}: {MARKER} says {it!r} but {state_path} is missing")
+    state = json.loads(state_path.read_text())
+    for name, want in state.get("files", {}).items():
+        f = d / name
+        if not f.exists():
+            raise CheckpointError(f"{flag} {root}: {f} is missing; refusing a half-written checkpoint")
+        got = _digest(f)
+        if got != want:
+            raise CheckpointError(f"{flag} {root}: {f} is truncated or changed ({got['size']} bytes, manifest "
+                                  f"says {want['size']}); refusing a half-written checkpoint")
+    return Checkpoint(d, state)
+
+
+def encode_rng() -> dict[str, Any]:
+    import base64
+    import random
+
+    import torch
+
+    return {"torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii"),
+            "python": repr(random.getstate())}
+
+
+def restore_rng(rng: dict[str, Any]) -> None:
+    import ast
+    import base64
+    import random
+
+    import numpy as np
+    import torch
+
+    if "torch" in rng:
+        raw = np.frombuffer(base64.b64decode(rng["torch"]), dtype=np.uint8).copy()
+        torch.set_rng_state(torch.from_numpy(raw))
+    if "python" in rng:
+        random.setstate(ast.literal_eval(rng["python"]))

@@ -1,0 +1,174 @@
+"""Sub-configs: each part of the runtime receives only the one it uses (never the whole args bag).
+
+Built from the parsed flags by slime.args.build_config; checked by slime.args.validate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ClusterConfig:
+    actor_num_nodes: int = 1
+    actor_num_gpus_per_node: int = 8
+    rollout_num_gpus: int | None = None
+    rollout_num_gpus_per_engine: int = 1
+    num_gpus_per_node: int = 8
+    colocate: bool = False
+    offload_train: bool = False
+    offload_rollout: bool = False
+    cpus_per_bundle: float = 0.5  # CPU-only machines: fractional CPU bundles so pools fit 2 cores
+    train_backend: str = "embedded"
+    rollout_backend: str = "embedded"
+    use_gpu: bool = False  # decided at start-up from the Ray cluster's resources
+
+    @property
+    def num_trainer_ranks(self) -> int:
+        return self.actor_num_nodes * self.actor_num_gpus_per_node
+
+    @property
+    def num_rollout_units(self) -> int:
+        return self.rollout_num_gpus if self.rollout_num_gpus is not None else self.num_trainer_ranks
+
+    @property
+    def num_engines(self) -> int:
+        return max(1, self.num_rollout_units // self.rollout_num_gpus_per_engine)
+
+
+@dataclass
+class DataConfig:
+    prompt_data: str | None = None
+    input_key: str = "input"
+    label_key: str | None = None
+    metadata_key: str = "metadata"
+    apply_chat_template: bool = False
+    apply_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    rollout_shuffle: bool = False
+    rollout_seed: int = 42
+    rollout_max_prompt_len: int | None = None
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_response_len: int = 1024
+    stop_token_ids: list[int] | None = None
+
+
+@dataclass
+class RolloutConfig:
+    rollout_batch_size: int = 0
+    n_samples_per_prompt: int = 1
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    rm_type: str | None = None
+    custom_rm_path: str | None = None
+    group_rm: bool = False
+    reward_key: str | None = None
+    custom_generate_function_path: str | None = None
+    seed: int = 42
+    server_concurrency: int = 512
+
+
+@dataclass
+class RunConfig:
+    num_rollout: int | None = None
+    num_epoch: int | None = None
+    seed: int = 1234
+
+
+@dataclass
+class ModelConfig:
+    hf_checkpoint: str | None = None
+    ref_load: str | None = None
+    load: str | None = None
+    save: str | None = None
+    save_interval: int | None = None
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0
+
+
+@dataclass
+class LossConfig:
+    advantage_estimator: str = "grpo"
+    normalize_rewards: bool = True
+    std_normalization: bool = True
+    eps_clip: float = 0.2
+    eps_clip_high: float | None = None
+    eps_clip_c: float | None = None
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.0
+    kl_loss_type: str = "k1"
+    entropy_coef: float = 0.0
+    use_tis: bool = False
+    tis_clip: float = 2.0
+    tis_clip_low: float = 0.0
+    use_icepop: bool = False
+    icepop_low: float = 0.5
+    icepop_high: float = 2.0
+    use_rollout_logprobs: bool = False
+    temperature: float = 1.0  # the sampling temperature: trainer log-probs use the same one
+
+
+@dataclass
+class BatchConfig:
+    global_batch_size: int | None = None
+    num_steps_per_rollout: int | None = None
+    micro_batch_size: int = 1
+    use_dynamic_batch_size: bool = False
+    max_tokens_per_gpu: int | None = None
+
+
+@dataclass
+class SyncConfig:
+    update_weight_mode: str = "full"
+    transport: str | None = None  # None: tensor when colocated, disk otherwise (CPU has no nccl)
+    disk_dir: str | None = None
+    buffer_size: int = 512 * 1024**2
+    interval: int = 1
+
+
+@dataclass
+class EvalConfig:
+    interval: int | None = None
+    datasets: list[tuple[str, str]] = field(default_factory=list)
+    n_samples_per_prompt: int = 1
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    skip_eval_before_train: bool = False
+
+
+@dataclass
+class LogConfig:
+    output_dir: str | None = None
+    use_tensorboard: bool = False
+    use_wandb: bool = False
+    save_debug_rollout_data: str | None = None  # path template with {rollout_id}
+
+
+@dataclass
+class Config:
+    cluster: ClusterConfig
+    data: DataConfig
+    rollout: RolloutConfig
+    run: RunConfig
+    model: ModelConfig
+    optim: OptimConfig
+    loss: LossConfig
+    batch: BatchConfig
+    sync: SyncConfig
+    eval: EvalConfig
+    log: LogConfig
+    megatron: dict[str, Any] = field(default_factory=dict)  # pass-through, for slime/backends/megatron
+    sglang: dict[str, Any] = field(default_factory=dict)  # pass-through, for the sglang launcher
+    async_mode: bool = False

@@ -1,0 +1,65 @@
+"""Samples -> per-sample training records, split into optimizer steps, ranks and micro-batches.
+
+Backend-neutral (no torch): the embedded trainer pads these into [B, T] tensors; a Megatron
+backend would pack them. Advantages come from slime.data.batch_builder, the same function the
+lab shows, and group normalization refuses a batch that is not whole groups of n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime.data.batch_builder import compute_advantages, pack_samples
+from slime.data.sample import Sample
+
+
+@dataclass
+class TrainRecord:
+    tokens: list[int]
+    prompt_len: int
+    advantage: float
+    rollout_log_probs: list[float]  # one per response token
+    response_mask: list[int]  # 1 where the policy generated the token
+
+    @property
+    def response_len(self) -> int:
+        return len(self.tokens) - self.prompt_len
+
+
+def build_records(samples: list[Sample], n: int, rollout_batch_size: int, estimator: str,
+                  normalize: bool, std_normalization: bool) -> list[TrainRecord]:
+    expected = rollout_batch_size * n
+    if len(samples) != expected:
+        raise ValueError(f"a rollout must hold rollout_batch_size x n = {rollout_batch_size} x {n} = "
+                         f"{expected} samples, got {len(samples)}: group normalization would be wrong")
+    for g in range(rollout_batch_size):  # groups must be consecutive and whole
+        ids = {s.group_index for s in samples[g * n:(g + 1) * n]}
+        if len(ids) != 1:
+            raise ValueError(f"samples {g * n}..{(g + 1) * n - 1} mix groups {sorted(ids)}")
+    rewards = [float(s.reward) for s in samples]
+    advantages = compute_advantages(rewards, n, estimator, normalize, std_normalization)
+    records = []
+    for s, a in zip(samples, advantages):
+        mask = [1] * s.response_length
+        records.append(TrainRecord(s.tokens, len(s.prompt_tokens), a, list(s.rollout_log_probs), mask))
+    return records
+
+
+def split_steps(records: list[TrainRecord], num_steps: int) -> list[list[TrainRecord]]:
+    """Consecutive slices of equal size (validate() guarantees divisibility)."""
+    size = len(records) // num_steps
+    return [records[i * size:(i + 1) * size] for i in range(num_steps)]
+
+
+def rank_shard(step: list[TrainRecord], rank: int, world_size: int) -> list[TrainRecord]:
+    size = len(step) // world_size
+    return step[rank * size:(rank + 1) * size]
+
+
+def micro_batches(shard: list[TrainRecord], micro_batch_size: int,
+                  max_tokens: int | None) -> list[list[TrainRecord]]:
+    """Fixed-size micro-batches, or packs of <= max_tokens tokens (--use-dynamic-batch-size)."""
+    if max_tokens:
+        packs = pack_samples([len(r.tokens) for r in shard], max_tokens)
+        return [[shard[i] for i in p] for p in packs]
+    return [shard[i:i + micro_batch_size] for i in range(0, len(shard), micro_batch_size)]

@@ -1,0 +1,101 @@
+"""Placement groups for the training and rollout pools.
+
+GPU bundles ({"GPU": 1, "CPU": c}) where the cluster has GPUs; CPU bundles ({"CPU": c}) otherwise,
+with c = --cpus-per-bundle (fractions let 2 trainer ranks and an engine share a 2-core machine).
+Colocated: one pool; each bundle hosts a trainer rank and an engine, which take turns (the
+engine releases its memory while the trainer works, the trainer offloads while engines sample).
+Disaggregated: two pools, each actor owns its bundle.
+
+plan_pools() is pure (tested without Ray); create_pools() asks Ray and fails with the arithmetic
+instead of hanging when the cluster is too small (RES-2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slime.config import ClusterConfig
+
+COLOCATED_SHARE = 0.5  # each side's share of a bundle when colocated
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    name: str
+    bundles: list[dict[str, float]]
+    actor_resources: dict[str, float]  # what one actor asks of its bundle (num_cpus / num_gpus)
+
+
+@dataclass
+class Pool:
+    plan: PoolPlan
+    pg: object  # ray.util.placement_group.PlacementGroup
+
+    def options(self, index: int) -> dict:
+        """Ray .options(...) that place an actor on bundle `index` of this pool."""
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        res = self.plan.actor_resources
+        return {"num_cpus": res.get("CPU", 0), "num_gpus": res.get("GPU", 0),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    placement_group=self.pg, placement_group_bundle_index=index % len(self.plan.bundles))}
+
+
+def _bundle(cpus: float, use_gpu: bool) -> dict[str, float]:
+    return {"CPU": cpus, "GPU": 1.0} if use_gpu else {"CPU": cpus}
+
+
+def plan_pools(c: ClusterConfig) -> tuple[PoolPlan, PoolPlan]:
+    """(training plan, rollout plan); colocated plans share one bundle list."""
+    cpus = c.cpus_per_bundle
+    if c.colocate:
+        n = max(c.num_trainer_ranks, c.num_rollout_units)
+        bundles = [_bundle(cpus, c.use_gpu) for _ in range(n)]
+        share = {k: v * COLOCATED_SHARE for k, v in bundles[0].items()}
+        return PoolPlan("colocated", bundles, share), PoolPlan("colocated", bundles, share)
+    train = PoolPlan("train", [_bundle(cpus, c.use_gpu) for _ in range(c.num_trainer_ranks)],
+                     _bundle(cpus, c.use_gpu))
+    units = c.num_engines * c.rollout_num_gpus_per_engine
+    rollout = PoolPlan("rollout", [_bundle(cpus, c.use_gpu) for _ in range(units)],
+                       {k: v * (1 if k == "CPU" else c.rollout_num_gpus_per_engine)
+                        for k, v in _bundle(cpus, c.use_gpu).items()})
+    return train, rollout
+
+
+def total_request(plans: tuple[PoolPlan, PoolPlan]) -> dict[str, float]:
+    train, rollout = plans
+    seen = [train] if train.bundles is rollout.bundles else [train, rollout]
+    total: dict[str, float] = {}
+    for p in seen:
+        for b in p.bundles:
+            for k, v in b.items():
+                total[k] = total.get(k, 0.0) + v
+    return total
+
+
+def create_pools(c: ClusterConfig, timeout_s: float = 60.0) -> tuple[Pool, Pool]:
+    import ray
+    from ray.util.placement_group import placement_group
+
+    plans = plan_pools(c)
+    need = total_request(plans)
+    have = ray.cluster_resources()
+    short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if have.get(k, 0.0) + 1e-9 < v}
+    if short:
+        detail = ", ".join(f"{k}: need {v:g}, cluster has {h:g}" for k, (v, h) in short.items())
+        raise RuntimeError(f"the pools do not fit the Ray cluster ({detail}); lower --actor-num-gpus-per-node, "
+                           f"--rollout-num-gpus or --cpus-per-bundle")
+    train_plan, rollout_plan = plans
+    train_pg = placement_group(train_plan.bundles, strategy="PACK", name=f"slime-{train_plan.name}")
+    pools = [Pool(train_plan, train_pg)]
+    if rollout_plan.bundles is train_plan.bundles:
+        pools.append(Pool(rollout_plan, train_pg))
+    else:
+        pools.append(Pool(rollout_plan, placement_group(rollout_plan.bundles, strategy="PACK",
+                                                        name="slime-rollout")))
+    for p in {id(p.pg): p for p in pools}.values():
+        ready, _ = ray.wait([p.pg.ready()], timeout=timeout_s)
+        if not ready:
+            raise RuntimeError(f"placement group {p.plan.name} ({p.plan.bundles}) not ready after {timeout_s} s: "
+                               f"resources are held by other jobs?")
+    return pools[0], pools[1]

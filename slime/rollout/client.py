@@ -1,0 +1,153 @@
+"""The one way the runtime talks to an engine: SGLang's HTTP protocol over httpx.
+
+Works the same against the embedded engine and a real SGLang server. Connection errors are
+retried (an engine may be starting); an HTTP error answer is never retried blindly: it raises
+EngineRequestError with the engine's own message.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+
+class EngineRequestError(RuntimeError):
+    def __init__(self, url: str, status: int, message: str):
+        super().__init__(f"{url}: HTTP {status}: {message}")
+        self.url, self.status, self.message = url, status, message
+
+
+@dataclass
+class GenerateResult:
+    text: str
+    output_ids: list[int]
+    output_logprobs: list[float]
+    finish_type: str  # "stop" | "length" | "abort"
+    weight_version: str
+    prompt_tokens: int
+    rid: str
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "GenerateResult":
+        meta = d.get("meta_info", {})
+        lps = meta.get("output_token_logprobs") or []
+        ids = d.get("output_ids") or [t[1] for t in lps]
+        fr = meta.get("finish_reason") or {}
+        return cls(d.get("text", ""), list(ids), [float(t[0]) for t in lps], fr.get("type", "abort"),
+                   str(meta.get("weight_version", "")), int(meta.get("prompt_tokens", 0)),
+                   str(meta.get("id", "")), meta)
+
+
+def _error_message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text or resp.reason_phrase
+    if isinstance(body, dict):
+        if isinstance(body.get("error"), dict):
+            return str(body["error"].get("message"))
+        if "message" in body:
+            return str(body["message"])
+    return str(body)
+
+
+class EngineClient:
+    def __init__(self, url: str, timeout: float = 600.0, retries: int = 5, backoff: float = 0.5):
+        self.url = url.rstrip("/")
+        self.retries, self.backoff = retries, backoff
+        self.http = httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0), trust_env=False)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self.http.request(method, self.url + path, json=json)
+            except (httpx.ConnectError, httpx.RemoteProtocolError):
+                if attempt == self.retries:
+                    raise
+                time.sleep(self.backoff * (2**attempt))
+                continue
+            if resp.status_code >= 400:
+                raise EngineRequestError(self.url + path, resp.status_code, _error_message(resp))
+            return resp
+        raise AssertionError("unreachable")
+
+    def _control(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        data = self._request("POST", path, body).json()
+        if isinstance(data, dict) and data.get("success") is False:
+            raise EngineRequestError(self.url + path, 400, str(data.get("message")))
+        return data
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate(self, input_ids: list[list[int]], sampling_params: dict[str, Any] | list[dict[str, Any]],
+                 rid: str | None = None) -> list[GenerateResult]:
+        """A batch of prompts (each expanded by sampling_params['n']); results in request order."""
+        body: dict[str, Any] = {"input_ids": input_ids, "sampling_params": sampling_params,
+                                "return_logprob": True}
+        if rid:
+            body["rid"] = rid
+        data = self._request("POST", "/generate", body).json()
+        return [GenerateResult.from_json(d) for d in (data if isinstance(data, list) else [data])]
+
+    # -- control -------------------------------------------------------------------------------
+    def health(self) -> bool:
+        try:
+            return self.http.get(self.url + "/health").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def wait_healthy(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if self.http.get(self.url + "/health_generate").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(f"engine {self.url} not healthy after {timeout} s")
+
+    def server_info(self) -> dict[str, Any]:
+        return self._request("GET", "/server_info").json()
+
+    def model_info(self) -> dict[str, Any]:
+        return self._request("GET", "/model_info").json()
+
+    def flush_cache(self, attempts: int = 60) -> None:
+        for i in range(attempts):  # refused while busy; retried like slime does
+            try:
+                self._request("GET", "/flush_cache")
+                return
+            except EngineRequestError:
+                if i == attempts - 1:
+                    raise
+                time.sleep(1.0)
+
+    def abort(self, rid: str = "", abort_all: bool = False) -> None:
+        self._request("POST", "/abort_request", {"rid": rid, "abort_all": abort_all})
+
+    def release_memory(self, tags: list[str] | None = None) -> None:
+        self._request("POST", "/release_memory_occupation", {"tags": tags} if tags else {})
+
+    def resume_memory(self, tags: list[str] | None = None) -> None:
+        self._request("POST", "/resume_memory_occupation", {"tags": tags} if tags else {})
+
+    def update_weights_from_disk(self, model_path: str, weight_version: int) -> None:
+        self._control("/update_weights_from_disk", {"model_path": model_path,
+                                                    "weight_version": str(weight_version)})
+
+    def update_weights_from_tensor(self, payload: bytes | str, weight_version: int, load_format: str,
+                                   is_last_bucket: bool = True) -> None:
+        """payload: safetensors bytes ("safetensors") or a staging key ("ray_staged")."""
+        entry = payload if isinstance(payload, str) else base64.b64encode(payload).decode("ascii")
+        self._control("/update_weights_from_tensor", {
+            "serialized_named_tensors": [entry],
+            "load_format": load_format, "flush_cache": False,
+            "weight_version": str(weight_version), "is_last_bucket": is_last_bucket})

@@ -1,0 +1,276 @@
+"""The embedded engine's HTTP server: the SGLang protocol subset of sglang-protocol.md in front
+of slime.backends.embedded.engine_core.EngineCore. FastAPI + uvicorn in a background thread,
+bound to 127.0.0.1 on a free port (a Ray actor hosts it: slime/ray/actors.py).
+
+Weight hand-off formats of POST /update_weights_from_tensor (one entry in
+`serialized_named_tensors`, since an embedded engine is one "TP rank"):
+- load_format "safetensors": base64 of safetensors bytes of {name: tensor} (never pickle).
+- load_format "ray_staged": the entry is a staging key. The bucket travelled through Ray's object
+  store into the engine's host actor beforehand (EngineActor.stage_bucket, a Ray call, so the
+  ObjectRef is reference-counted and freed: pickling an ObjectRef into an HTTP body instead pins
+  it in the object store for the owner's lifetime, measured with Ray 2.60). This is the CPU
+  analogue of SGLang's CUDA-IPC handles: the payload moves out of band, HTTP carries the handle
+  and the versioned commit.
+Extension: `is_last_bucket` (default true): a bucketed update commits its weight_version with
+its last bucket; until then the same version may continue and any other is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import threading
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest, new_rid
+from slime.backends.embedded.sampler import RowParams
+
+SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor"]
+TENSOR_FORMATS = ["safetensors", "ray_staged"]
+
+
+def _handler_error(msg: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": {"message": msg}}, status_code=status)
+
+
+def _schema_error(msg: str) -> JSONResponse:
+    return JSONResponse({"object": "error", "message": msg, "type": "BadRequestError", "code": 400},
+                        status_code=400)
+
+
+def _control(ok: bool, msg: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"success": ok, "message": msg, **extra}, status_code=200 if ok else 400)
+
+
+def _row_params(sp: dict[str, Any]) -> RowParams:
+    known = {"max_new_tokens", "temperature", "top_p", "top_k", "stop_token_ids", "n", "sampling_seed",
+             "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
+             "min_p", "stop", "custom_params"}
+    unknown = set(sp) - known
+    if unknown:
+        raise ValueError(f"unsupported sampling_params: {sorted(unknown)}")
+    temp = float(sp.get("temperature", 1.0))
+    top_k = int(sp.get("top_k", -1))
+    if temp == 0:  # SGLang: temperature 0 is greedy (top_k 1)
+        temp, top_k = 1.0, 1
+    top_p = float(sp.get("top_p", 1.0))
+    if not 0 < top_p <= 1:
+        raise ValueError("top_p must lie in (0, 1]")
+    seed = sp.get("sampling_seed")
+    return RowParams(int(sp.get("max_new_tokens", 128)), temp, top_p, top_k,
+                     tuple(sp.get("stop_token_ids") or ()), bool(sp.get("ignore_eos", False)),
+                     None if seed is None else int(seed))
+
+
+def _parse_generate(body: dict[str, Any], core: EngineCore) -> tuple[GenerateRequest, bool]:
+    if "input_ids" in body:
+        ids = body["input_ids"]
+        batch = bool(ids) and isinstance(ids[0], list)
+        prompts = ids if batch else [ids]
+    elif "text" in body:
+        texts = body["text"]
+        batch = isinstance(texts, list)
+        prompts = [core.tokenizer(t, add_special_tokens=False)["input_ids"] for t in (texts if batch else [texts])]
+    else:
+        raise ValueError("one of input_ids or text is required")
+    if not prompts or any(not p for p in prompts):
+        raise ValueError("empty prompt")
+    sp = body.get("sampling_params") or {}
+    sps = sp if isinstance(sp, list) else [sp] * len(prompts)
+    if len(sps) != len(prompts):
+        raise ValueError(f"{len(sps)} sampling_params for {len(prompts)} prompts")
+    rid = body.get("rid")
+    rids_in = rid if isinstance(rid, list) else [f"{rid}_{i}" if batch and rid else (rid or new_rid())
+                                                  for i in range(len(prompts))]
+    exp_ids, exp_params, exp_rids = [], [], []
+    for p, s, r in zip(prompts, sps, rids_in):
+        n = int(s.get("n", 1))
+        rp = _row_params(s)
+        for k in range(n):
+            exp_ids.append([int(t) for t in p])
+            seed = None if rp.seed is None else rp.seed + k  # n samples must differ
+            exp_params.append(RowParams(**{**rp.__dict__, "seed": seed}))
+            exp_rids.append(r if n == 1 else f"{r}_{k}")
+    is_list = batch or len(exp_ids) > 1
+    return GenerateRequest(exp_ids, exp_params, exp_rids, bool(body.get("return_logprob", False))), is_list
+
+
+class StagingArea:
+    """Buckets handed over out of band (see module docstring), keyed by a one-time key."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def put(self, key: str, payload: bytes) -> None:
+        with self._lock:
+            self._items[key] = payload
+
+    def pop(self, key: str) -> bytes:
+        with self._lock:
+            if key not in self._items:
+                raise KeyError(f"no staged bucket {key!r} (stage it before posting its handle)")
+            return self._items.pop(key)
+
+
+def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
+               staging: StagingArea | None = None) -> FastAPI:
+    staging = staging or StagingArea()
+    app = FastAPI(title="slime embedded engine")
+    state = {"ready": True}
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request):
+        try:
+            body = await request.json()
+            req, is_list = _parse_generate(body, core)
+        except Exception as e:  # noqa: BLE001 - every parse problem is a schema error
+            return _schema_error(str(e))
+        try:
+            outs = await run_in_threadpool(core.generate, req)
+        except EngineError as e:
+            return _handler_error(str(e), e.status)
+        return JSONResponse(outs if is_list else outs[0])
+
+    @app.get("/health")
+    async def health():
+        return PlainTextResponse("", status_code=200 if state["ready"] else 503)
+
+    @app.get("/health_generate")
+    async def health_generate():
+        if core.released:
+            return PlainTextResponse("", status_code=503)
+        req = GenerateRequest([[core.pad_id]], [RowParams(max_new_tokens=1)], [new_rid()], False)
+        await run_in_threadpool(core.generate, req)
+        return PlainTextResponse("", status_code=200)
+
+    @app.get("/server_info")
+    @app.get("/get_server_info")
+    async def server_info():
+        return {"model_path": core.hf_checkpoint, "tp_size": 1, "dp_size": 1, "ep_size": 1,
+                "disaggregation_mode": "null", "weight_version": core.weight_version,
+                "max_req_input_len": int(getattr(core.model.config, "max_position_embeddings", 0) or 0),
+                "weight_update_endpoints": SUPPORTED_UPDATES, "tensor_load_formats": TENSOR_FORMATS,
+                "engine": "slime-embedded", "version": "embedded-0.1", **(server_args or {})}
+
+    @app.get("/model_info")
+    @app.get("/get_model_info")
+    async def model_info():
+        return core.model_info()
+
+    @app.get("/get_weight_version")
+    @app.get("/weight_version")
+    async def weight_version():
+        return {"weight_version": core.weight_version}
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache():
+        try:
+            core.flush_cache()
+        except EngineError as e:
+            return PlainTextResponse(str(e), status_code=400)
+        return PlainTextResponse("Cache flushed.", status_code=200)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        body = await _json_or_empty(request)
+        core.abort(str(body.get("rid", "")), bool(body.get("abort_all", False)))
+        return PlainTextResponse("", status_code=200)
+
+    @app.api_route("/release_memory_occupation", methods=["GET", "POST"])
+    async def release(request: Request):
+        body = await _json_or_empty(request)
+        try:
+            await run_in_threadpool(core.release, body.get("tags"))
+        except EngineError as e:
+            return _handler_error(str(e), e.status)
+        return JSONResponse(None)
+
+    @app.api_route("/resume_memory_occupation", methods=["GET", "POST"])
+    async def resume(request: Request):
+        body = await _json_or_empty(request)
+        await run_in_threadpool(core.resume, body.get("tags"))
+        return JSONResponse(None)
+
+    @app.post("/update_weights_from_disk")
+    async def update_from_disk(request: Request):
+        body = await _json_or_empty(request)
+        if "model_path" not in body:
+            return _schema_error("model_path is required")
+        try:
+            await run_in_threadpool(core.update_from_disk, body["model_path"], body.get("weight_version"))
+        except (EngineError, FileNotFoundError, KeyError, ValueError) as e:
+            return _control(False, f"update_weights_from_disk failed: {e}")
+        return _control(True, f"loaded {body['model_path']}", num_paused_requests=0)
+
+    @app.post("/update_weights_from_tensor")
+    async def update_from_tensor(request: Request):
+        body = await _json_or_empty(request)
+        entries = body.get("serialized_named_tensors")
+        fmt = body.get("load_format") or "safetensors"
+        if not isinstance(entries, list) or len(entries) != 1:
+            return _schema_error("serialized_named_tensors must be a list with one entry (one TP rank)")
+        if fmt not in TENSOR_FORMATS:
+            return _schema_error(f"load_format {fmt!r} not supported; use one of {TENSOR_FORMATS}")
+        try:
+            payload = staging.pop(entries[0]) if fmt == "ray_staged" else base64.b64decode(entries[0])
+            await run_in_threadpool(core.update_from_bytes, payload, body.get("weight_version"),
+                                    bool(body.get("is_last_bucket", True)))
+        except (EngineError, KeyError, ValueError) as e:
+            return _control(False, f"update_weights_from_tensor failed: {e}")
+        return _control(True, "ok")
+
+    return app
+
+
+async def _json_or_empty(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    import json
+
+    data = json.loads(raw)
+    return data if isinstance(data, dict) else {}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class EngineServer:
+    """Runs the app with uvicorn in a daemon thread; `url` is ready when start() returns."""
+
+    def __init__(self, core: EngineCore, host: str = "127.0.0.1", port: int | None = None,
+                 server_args: dict[str, Any] | None = None):
+        import uvicorn
+
+        self.host, self.port = host, port or free_port(host)
+        self.staging = StagingArea()
+        config = uvicorn.Config(create_app(core, server_args, self.staging), host=self.host, port=self.port,
+                                log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True, name="engine-http")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"embedded engine HTTP server did not start on {self.url}")
+            time.sleep(0.02)
+        return self.url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)

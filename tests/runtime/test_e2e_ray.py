@@ -1,0 +1,109 @@
+"""Real runs on a local Ray cluster (127.0.0.1) with the tiny model: the loop, its modes,
+resume, and failures that name their cause."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.runtime.conftest import tiny_flags
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _prompt_ids(pattern: str, rollouts: range) -> list[list[int]]:
+    ids = []
+    for r in rollouts:
+        rows = [json.loads(x) for x in Path(pattern.format(rollout_id=r)).read_text().splitlines()]
+        ids.append([row["prompt_id"] for row in rows])
+    return ids
+
+
+def _run(argv: list[str], entry: str = "train") -> None:
+    import importlib
+
+    importlib.import_module(entry).main(argv)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tiny, ray_cluster, tmp_path_factory):
+    """4 rollouts straight through, with eval, save and the debug dump of every rollout."""
+    out = tmp_path_factory.mktemp("full")
+    dump = str(out / "rollouts" / "{rollout_id}.jsonl")
+    _run(tiny_flags(tiny, out, "--num-rollout", "4", "--eval-interval", "2", "--eval-prompt-data", "held_out",
+                    str(tiny["eval"]), "--save", str(out / "ckpt"), "--save-interval", "2",
+                    "--save-debug-rollout-data", dump))
+    return out, dump
+
+
+def test_metrics_jsonl_holds_one_line_per_step_with_every_prefix(uninterrupted):
+    out, _ = uninterrupted
+    rows = _metrics(out)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4] and [r["rollout_id"] for r in rows] == [-1, 0, 1, 2, 3]
+    step1 = rows[1]
+    for key in ("rollout/raw_reward", "rollout/response_length", "rollout/no_think_block_ratio",
+                "rollout/truncated_ratio", "train/pg_loss", "train/entropy", "train/grad_norm",
+                "train/train_rollout_kl", "perf/rollout_time", "perf/train_time", "perf/sync_time",
+                "perf/rollout_tokens_per_s"):
+        assert key in step1, key
+
+
+def test_eval_is_logged_as_eval_name(uninterrupted):
+    rows = _metrics(uninterrupted[0])
+    assert [r["step"] for r in rows if "eval/held_out" in r] == [0, 2, 4]
+    assert all(0.0 <= r["eval/held_out"] <= 1.0 for r in rows if "eval/held_out" in r)
+
+
+def test_train_rollout_kl_is_zero_at_step_one_of_a_real_run(uninterrupted):
+    rows = _metrics(uninterrupted[0])
+    assert abs(rows[1]["train/train_rollout_kl"]) <= 1e-6
+
+
+def test_resume_continues_at_next_rollout_id_with_no_prompt_repeated_or_skipped(tiny, uninterrupted, tmp_path):
+    _, full_dump = uninterrupted
+    dump = str(tmp_path / "rollouts" / "{rollout_id}.jsonl")
+    ckpt = str(tmp_path / "ckpt")
+    # Stop right after the save of rollout 1 ...
+    _run(tiny_flags(tiny, tmp_path, "--num-rollout", "2", "--save", ckpt, "--save-interval", "2",
+                    "--save-debug-rollout-data", dump))
+    assert (Path(ckpt) / "latest_checkpointed_iteration.txt").read_text() == "2"
+    # ... and resume it for the remaining two.
+    _run(tiny_flags(tiny, tmp_path, "--num-rollout", "4", "--load", ckpt, "--save", ckpt, "--save-interval", "2",
+                    "--save-debug-rollout-data", dump))
+    rows = _metrics(tmp_path)
+    assert [r["rollout_id"] for r in rows] == [0, 1, 2, 3]  # the resumed run started at 2, not 0
+    assert _prompt_ids(dump, range(4)) == _prompt_ids(full_dump, range(4))
+    state = json.loads((Path(ckpt) / "iter_0000004" / "state.json").read_text())
+    # Versions never go back: 3 when saved at rollout 2, the resumed start-up sync made 4, then 2 updates.
+    assert state["next_rollout_id"] == 4 and state["weight_version"] == 6
+
+
+def test_colocated_mode_with_two_ddp_ranks_runs_a_step(tiny, ray_cluster, tmp_path):
+    flags = tiny_flags(tiny, tmp_path, "--num-rollout", "1", "--colocate")
+    flags[flags.index("--actor-num-gpus-per-node") + 1] = "2"
+    _run(flags)
+    (row,) = _metrics(tmp_path)
+    assert row["rollout/num_samples"] == 16 and "train/pg_loss" in row and row["perf/sync_time"] > 0
+
+
+def test_fully_async_runs_with_one_step_of_staleness(tiny, ray_cluster, tmp_path):
+    _run(tiny_flags(tiny, tmp_path, "--num-rollout", "2"), entry="train_async")
+    rows = _metrics(tmp_path)
+    assert [r["rollout_id"] for r in rows] == [0, 1]
+    assert rows[0]["rollout/staleness_mean"] == 0 and rows[1]["rollout/staleness_mean"] == 1
+
+
+def test_failing_reward_hook_names_the_hook_and_the_sample(tiny, ray_cluster, tmp_path):
+    hook = tmp_path / "my_rm.py"
+    hook.write_text("def reward(sample):\n    raise ValueError('grader crashed')\n")
+    flags = tiny_flags(tiny, tmp_path, "--num-rollout", "1", "--custom-rm-path", f"{hook}:reward")
+    with pytest.raises(Exception) as info:
+        _run(flags)
+    msg = str(info.value)
+    assert f"{hook}:reward" in msg and "prompt_id=" in msg and "grader crashed" in msg

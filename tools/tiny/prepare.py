@@ -1,0 +1,89 @@
+"""Build the tiny CPU recipe locally (no hub): a character tokenizer with a chat template, a
+randomly initialised Qwen2-shaped causal LM, and a verifiable toy task with a held-out split.
+
+Task: "answer the last digit of a 3-digit number" (environment.md: a 2-layer, hidden-64 model
+learns it by GRPO on 2 cores). Prompts are the 1,000 numbers 000..999; a seeded 80/20 split
+gives train.jsonl / eval.jsonl, so evaluation uses numbers the policy never trained on.
+
+Reward: --rm-type math. The tiny model cannot be expected to emit a `</think>` before its answer,
+and deepscaler scores every response without one 0 (all advantages 0, nothing learned). The
+chat template's generation prompt ends with the assistant tag, the model answers one digit and
+the end-of-turn token, and math grades the last number of the response against the label.
+
+    python tools/tiny/prepare.py --model-dir /tmp/tiny/model --data-dir /tmp/tiny/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+
+SPECIALS = ["<|pad|>", "<|end|>", "<|user|>", "<|assistant|>"]
+CHARS = list("0123456789")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'user' %}<|user|>{{ m['content'] }}"
+    "{% else %}<|assistant|>{{ m['content'] }}<|end|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def build_tokenizer(out: Path):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<|pad|>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")  # one char, one token
+    tok.decoder = decoders.Fuse()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>", eos_token="<|end|>",
+                                   additional_special_tokens=["<|user|>", "<|assistant|>"])
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    return fast
+
+
+def build_model(out: Path, vocab_size: int, eos_id: int, pad_id: int, seed: int) -> None:
+    import torch
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=64, tie_word_embeddings=False,
+                         eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None)
+    model = Qwen2ForCausalLM(config)
+    model.save_pretrained(out)
+    GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id).save_pretrained(out)
+
+
+def build_data(out: Path, seed: int, eval_fraction: float = 0.2) -> tuple[int, int]:
+    numbers = [f"{i:03d}" for i in range(1000)]
+    random.Random(seed).shuffle(numbers)
+    n_eval = int(len(numbers) * eval_fraction)
+    splits = {"eval.jsonl": numbers[:n_eval], "train.jsonl": numbers[n_eval:]}
+    out.mkdir(parents=True, exist_ok=True)
+    for name, items in splits.items():
+        with (out / name).open("w") as f:
+            for x in items:
+                f.write(json.dumps({"prompt": x, "label": x[-1]}) + "\n")
+    return len(splits["train.jsonl"]), n_eval
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model-dir", required=True)
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    model_dir = Path(a.model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    tok = build_tokenizer(model_dir)
+    build_model(model_dir, len(tok), tok.eos_token_id, tok.pad_token_id, a.seed)
+    n_train, n_eval = build_data(Path(a.data_dir), a.seed)
+    print(f"model: {model_dir} (vocab {len(tok)}); data: {a.data_dir} ({n_train} train, {n_eval} eval)")
+
+
+if __name__ == "__main__":
+    main()

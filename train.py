@@ -1,0 +1,49 @@
+"""Synchronous GRPO/PPO loop: rollout -> reward -> batch -> train -> sync -> eval -> save.
+
+    python3 train.py --hf-checkpoint ... --prompt-data ... --rollout-batch-size 16 ...
+(see docs/en/runtime.md; `python3 train.py --help` lists every flag)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def main(argv: list[str]) -> None:
+    from slime.args import UsageError, parse_args
+    from slime.eval import eval_due
+    from slime.metrics import MetricsLogger, dump_rollout
+    from slime.ray.runtime import Runtime
+
+    try:
+        cfg = parse_args(argv)
+    except UsageError as e:
+        sys.exit(f"slime: {e}")
+    rt = Runtime.start(cfg)  # pre-flight checks run before Ray reserves anything
+    log = MetricsLogger(cfg.log.output_dir, cfg.log.use_tensorboard, rt.num_rollout)
+    try:
+        last = rt.num_rollout - 1
+        if rt.start_rollout_id == 0 and eval_due(cfg.eval, -1, last, before_train=True):
+            log.log(0, -1, rt.evaluate(-1))
+        for rollout_id in range(rt.start_rollout_id, rt.num_rollout):
+            t0 = time.monotonic()
+            samples, metrics = rt.generate(rollout_id)             # rollout + reward
+            if cfg.log.save_debug_rollout_data:
+                dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
+            records = rt.build_records(samples)                    # group-normalized advantages
+            metrics.update(rt.train(records))                      # optimizer steps
+            metrics["perf/sync_time"] = rt.sync_weights()          # trainer -> engines, version += 1
+            if eval_due(cfg.eval, rollout_id, last):
+                metrics.update(rt.evaluate(rollout_id))
+            if rt.save_due(rollout_id):
+                rt.save(rollout_id)
+            metrics["perf/step_time"] = time.monotonic() - t0
+            log.log(rollout_id + 1, rollout_id, metrics)
+    finally:
+        log.close()
+        rt.shutdown()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
