@@ -1,0 +1,243 @@
+"""`slime-lab`: the Quick Start lab from a terminal. Same functions as the page, same bytes.
+
+    slime-lab                                   # serve the page on 127.0.0.1:8765
+    slime-lab serve [--host H] [--port P]
+    slime-lab recipes
+    slime-lab render (--model NAME | EXPERIMENT.json) [--set field.path=value ...] -o DIR
+    slime-lab validate EXPERIMENT.json          # exit 1 on errors
+    slime-lab schema
+    slime-lab share EXPERIMENT.json | slime-lab share --open LINK
+
+Exit codes: 0 ok, 1 validation errors (validate), 2 bad input (nothing is written).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from pydantic import ValidationError
+
+from lab.experiment import Experiment, experiment_schema
+
+
+class UserError(Exception):
+    """Bad input from the command line: printed as one message, exit 2."""
+
+
+def _fail(msg: str, code: int = 2) -> NoReturn:
+    print(f"slime-lab: error: {msg}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def _pydantic_messages(exc: ValidationError, prefix: str = "") -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"])
+        parts.append(f"{prefix}{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def load_experiment_file(path: str) -> Experiment:
+    """An experiment from our export ({"schema": 2, "experiment": ...}) or a bare experiment dict."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read: {exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"{path}: expected a JSON object, got {type(doc).__name__}")
+    if "schema" in doc:
+        if doc["schema"] != 2:
+            raise UserError(f"{path}: schema {doc['schema']!r} is not an experiment export of this lab (schema 2); "
+                            "load older exports on the page (Load JSON) and export again")
+        data = doc.get("experiment")
+        if not isinstance(data, dict):
+            raise UserError(f'{path}: "experiment" must be an object')
+    else:
+        data = doc
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(f"{path}: {_pydantic_messages(exc)}") from None
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """"field.path=value": the value as JSON when it parses (8, true, ["a"]), else the raw string."""
+    if "=" not in item:
+        raise UserError(f"--set {item!r}: expected field.path=value, e.g. --set placement.ownership=colocated")
+    path, raw = item.split("=", 1)
+    path = path.strip()
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return path, value
+
+
+def build_experiment(model: str | None, source: str | None, sets: Sequence[str]) -> Experiment:
+    from lab import rules
+    from lab.recipes import RecipeError, get_recipe
+
+    if model is not None:
+        try:
+            get_recipe(model)
+        except RecipeError as exc:
+            raise UserError(f"--model: {exc}") from None
+        exp = rules.new_experiment(model)
+    else:
+        assert source is not None
+        exp = load_experiment_file(source)
+        try:
+            get_recipe(exp.model.recipe)
+        except RecipeError as exc:
+            raise UserError(f"{source}: model.recipe: {exc}") from None
+    for item in sets:
+        path, value = parse_set(item)
+        try:
+            exp, _ = rules.apply_change(exp, path, value)
+        except rules.ChangeError as exc:
+            raise UserError(f"--set {path}: {exc.message}") from None
+        except Exception as exc:  # e.g. RecipeError for model.recipe
+            raise UserError(f"--set {path}: {exc}") from None
+    return exp
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    url = f"http://{args.host}:{args.port}/"
+    print(f"slime-lab: serving the Quick Start lab at {url} (Ctrl-C stops it)", flush=True)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"slime-lab: note: --host {args.host} exposes the lab beyond this machine", file=sys.stderr)
+    uvicorn.run("lab.app:create_app", factory=True, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def cmd_recipes(args: argparse.Namespace) -> int:
+    from lab.recipes import all_recipes
+
+    recipes = all_recipes()
+    width = max(len(n) for n in recipes)
+    for name, r in recipes.items():
+        print(f"{name:<{width}}  {r.display_name} — {r.summary}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from lab.render import render_all, write_files
+
+    if (args.model is None) == (args.experiment is None):
+        raise UserError("give either --model NAME or an EXPERIMENT.json, not both (see: slime-lab recipes)")
+    exp = build_experiment(args.model, args.experiment, args.set or [])
+    files = render_all(exp)  # everything is rendered before anything is written
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"-o {args.output}: exists and is not a directory")
+    for path in write_files(files, out):
+        print(path)
+    errors = [f for f in json.loads(files["experiment.json"])["findings"] if f["level"] == "error"]
+    if errors:
+        print(f"slime-lab: note: {len(errors)} validation error(s) are listed in experiment.sh; "
+              "`train` refuses to submit until they are fixed", file=sys.stderr)
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from lab import rules
+
+    exp = load_experiment_file(args.experiment)
+    findings = rules.validate(exp)
+    for f in findings:
+        fields = ", ".join(f.fields)
+        print(f"{f.level:<7} {f.id:<10} [{fields}] {f.message}")
+        print(f"{'':<7} {'':<10} fix: {f.fix}")
+    n_err = sum(f.level == "error" for f in findings)
+    print(f"{len(findings)} finding(s), {n_err} error(s)")
+    return 1 if n_err else 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(experiment_schema(), indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_share(args: argparse.Namespace) -> int:
+    try:
+        from lab import share
+    except ImportError:
+        raise UserError("sharing is not available in this build (lab/share.py is missing)") from None
+    if args.open is not None:
+        if args.experiment is not None:
+            raise UserError("give either EXPERIMENT.json or --open LINK, not both")
+        try:
+            choices = share.decode_link(args.open)
+        except Exception as exc:
+            raise UserError(f"--open: {exc}") from None
+        if hasattr(choices, "model_dump"):
+            choices = choices.model_dump(mode="json")
+        print(json.dumps(choices, indent=2, sort_keys=True))
+        return 0
+    if args.experiment is None:
+        raise UserError("give EXPERIMENT.json to make a link, or --open LINK to read one")
+    print(share.encode_link(load_experiment_file(args.experiment)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="slime-lab", description="The slime Quick Start lab.")
+    sub = ap.add_subparsers(dest="command")
+
+    s = sub.add_parser("serve", help="serve the page (default: 127.0.0.1:8765)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8765)
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("recipes", help="list the models (first column: the name --model takes)")
+    s.set_defaults(func=cmd_recipes)
+
+    s = sub.add_parser("render", help="write experiment.sh, experiment.json (and serving-reference.sh)")
+    s.add_argument("experiment", nargs="?", help="EXPERIMENT.json (an export or a bare experiment)")
+    s.add_argument("--model", help="start from a recipe's defaults (see: slime-lab recipes)")
+    s.add_argument("--set", action="append", metavar="FIELD.PATH=VALUE",
+                   help="change one field (dependent fields follow); VALUE is JSON when it parses, else a string")
+    s.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for the files")
+    s.set_defaults(func=cmd_render)
+
+    s = sub.add_parser("validate", help="print the findings; exit 1 when any is an error")
+    s.add_argument("experiment", help="EXPERIMENT.json")
+    s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("schema", help="print the experiment's JSON schema")
+    s.set_defaults(func=cmd_schema)
+
+    s = sub.add_parser("share", help="make a share link (private fields stripped), or --open one")
+    s.add_argument("experiment", nargs="?", help="EXPERIMENT.json")
+    s.add_argument("--open", metavar="LINK", help="print the choices a link carries")
+    s.set_defaults(func=cmd_share)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["serve"])
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        _fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

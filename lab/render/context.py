@@ -1,0 +1,397 @@
+"""From an experiment to the values the templates print: shell variables, flag lines, YAML groups.
+
+Pure: reads the experiment, its recipe, its derived numbers and findings. Every user value stays a
+Python value here; the templates quote it (the `q` / `words` filters). Private values (paths,
+addresses, hook paths, device names) become shell variables at the top of experiment.sh and are
+referenced from the flag lines as "${NAME}", so a reviewer edits one place.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from lab.experiment import Experiment
+from lab.recipes import REPO_ROOT, Recipe
+from lab.render.env import Var
+
+DEFAULT_DASHBOARD = "http://127.0.0.1:8265"
+# Data sets the default math task downloads in `prepare` (Hugging Face dataset repos), keyed by the
+# file name the default paths use. A path with another file name is the user's own data.
+KNOWN_DATASETS = {
+    "dapo-math-17k.jsonl": "zhuzilin/dapo-math-17k",
+    "aime-2024.jsonl": "zhuzilin/aime-2024",
+}
+
+
+TINY_TRAIN_ARGS = "tools/tiny/TRAIN_ARGS.yaml"
+# Flags of the tiny recipe's measured run that no experiment field controls: the renderer takes
+# their values from tools/tiny/TRAIN_ARGS.yaml (one home). Flags the experiment controls (batch,
+# samples, lengths, reward, paths, eval) keep the experiment's values.
+TINY_TUNED = ("--cpus-per-bundle", "--micro-batch-size", "--lr", "--clip-grad", "--update-weight-transport",
+              "--update-weight-disk-dir", "--eval-temperature")
+_TINY_PLACEHOLDERS = {"${OUTPUT_DIR}": "OUTPUT_DIR", "${MODEL_DIR}": "HF_CHECKPOINT", "${REF_DIR}": "REF_LOAD"}
+
+
+def _tiny_cache_key() -> tuple[str, int]:
+    path = REPO_ROOT / TINY_TRAIN_ARGS
+    try:
+        return str(path), path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return str(path), -1
+
+
+def tiny_tuned_flags() -> dict[str, list[Any]]:
+    return _tiny_tuned_flags(*_tiny_cache_key())
+
+
+@lru_cache(maxsize=4)
+def _tiny_tuned_flags(path: str, mtime_ns: int) -> dict[str, list[Any]]:
+    if mtime_ns < 0:
+        return {}
+    import yaml
+
+    tokens = [str(t) for t in (yaml.safe_load(open(path, encoding="utf-8")) or {}).get("train_args", [])]
+    out: dict[str, list[Any]] = {}
+    for line in _split_flag_lines(tokens):
+        if line[0] not in TINY_TUNED:
+            continue
+        values: list[Any] = []
+        for v in line[1:]:
+            for placeholder, var in _TINY_PLACEHOLDERS.items():
+                if v.startswith(placeholder):
+                    v = Var(var, suffix=v[len(placeholder):])
+                    break
+            values.append(v)
+        out[line[0]] = values
+    return out
+
+
+@dataclass
+class FlagGroup:
+    title: str
+    lines: list[list[Any]] = field(default_factory=list)
+
+    def add(self, *tokens: Any) -> None:
+        self.lines.append(list(tokens))
+
+
+def _fmt_num(x: float) -> str:
+    """1e-06 -> 1e-6, 0.80 -> 0.8: short, stable spellings for floats."""
+    s = repr(float(x))
+    if "e" in s:
+        mant, exp = s.split("e")
+        mant = mant.rstrip("0").rstrip(".") if "." in mant else mant
+        return f"{mant}e{int(exp)}"
+    return s[:-2] if s.endswith(".0") else s
+
+
+def actor_layout(exp: Experiment, tiny: bool) -> tuple[int, int]:
+    """(--actor-num-nodes, --actor-num-gpus-per-node) for a training pool of placement.train_gpus."""
+    p = exp.placement
+    if tiny or p.gpus_per_node == 0:
+        return 1, 1  # the embedded CPU backend: one trainer process
+    n, gpn = p.train_gpus, p.gpus_per_node
+    if n >= gpn and n % gpn == 0:
+        return n // gpn, gpn
+    if n < gpn:
+        return 1, max(n, 1)
+    nodes = max(p.nodes, 1)
+    return nodes, max(n // nodes, 1)
+
+
+def sglang_parallel(recipe: Recipe, engine_gpus: int) -> tuple[int | None, int | None]:
+    """(DP-attention size, EP size) inside one engine, kept valid when the engine size changes."""
+    dp = recipe.rollout.dp_attention
+    ep = recipe.rollout.ep
+    if engine_gpus <= 0:
+        return None, None
+    if dp:
+        dp = math.gcd(dp, engine_gpus)
+    if ep:
+        ep = ep if ep <= engine_gpus and engine_gpus % ep == 0 else engine_gpus
+    return (dp if dp and dp > 1 else None), (ep if ep and ep > 1 else None)
+
+
+def needs_sglang_yaml(exp: Experiment, recipe: Recipe) -> bool:
+    if exp.placement.ownership == "external" or recipe.backends.rollout != "sglang":
+        return False
+    return bool(recipe.rollout.server_groups or exp.serving.pd.enabled)
+
+
+def eagle_settings(exp: Experiment, recipe: Recipe) -> dict[str, Any]:
+    """SGLang ServerArgs field -> value for speculative decoding (empty when EAGLE is off)."""
+    e = exp.serving.eagle
+    if not e.enabled:
+        return {}
+    out: dict[str, Any] = {
+        "speculative_algorithm": "EAGLE",
+        "speculative_num_steps": e.steps,
+        "speculative_eagle_topk": e.topk,
+        "speculative_num_draft_tokens": e.draft_tokens,
+    }
+    backend = recipe.rollout.eagle.draft_attention_backend if recipe.rollout.eagle else None
+    if backend:
+        out["speculative_draft_attention_backend"] = backend
+    # SGL-7: with speculation SGLang caps running requests at a small default; say it explicitly.
+    out["max_running_requests"] = exp.serving.concurrency
+    return out
+
+
+def sglang_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[dict[str, Any]]:
+    """Server groups of the policy model for sglang.yaml: regular, or prefill + decode under PD."""
+    p, s = exp.placement, exp.serving
+    e = p.engine_gpus
+    eagle = eagle_settings(exp, recipe)
+    hicache = {"enable_hierarchical_cache": True, "hicache_size": s.hicache.host_memory_gb} if s.hicache.enabled else {}
+    if s.pd.enabled:
+        # The IB device names are private: they travel as --sglang-disaggregation-ib-device from
+        # the variables block (one home, every group), never inside the quoted YAML heredoc.
+        transfer: dict[str, Any] = {"disaggregation_transfer_backend": "mooncake"}
+        prefill = {**transfer, **hicache, **eagle}  # HiCache on prefill only (decode runs without radix cache)
+        decode = {**transfer, **eagle}
+        return [
+            {"worker_type": "prefill", "num_gpus": s.pd.prefill_engines * e, "num_gpus_per_engine": e, "overrides": prefill},
+            {"worker_type": "decode", "num_gpus": s.pd.decode_engines * e, "num_gpus_per_engine": e, "overrides": decode},
+        ]
+    rollout = n_actor if p.ownership == "colocated" else p.rollout_gpus
+    return [{"worker_type": "regular", "num_gpus": rollout, "num_gpus_per_engine": e, "overrides": {**hicache, **eagle}}]
+
+
+def yaml_value(v: Any) -> str:
+    """A YAML scalar: numbers and booleans plain, strings double-quoted (JSON escapes)."""
+    from lab.render.env import yq
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return _fmt_num(v)
+    if isinstance(v, Var):
+        raise ValueError("a shell variable cannot go into the quoted sglang.yaml heredoc")
+    return yq(v)
+
+
+def _sglang_flag_lines(exp: Experiment, recipe: Recipe, with_yaml: bool) -> FlagGroup:
+    g = FlagGroup("SGLang (--sglang-* is passed to every engine)")
+    s, pr, c = exp.serving, exp.precision, exp.corrections
+    if exp.placement.ownership == "external":
+        g.add("--sglang-server-concurrency", s.concurrency)
+        return g
+    g.add("--sglang-mem-fraction-static", _fmt_num(s.mem_fraction_static))
+    g.add("--sglang-server-concurrency", s.concurrency)
+    if pr.kv_cache_dtype != "auto":
+        g.add("--sglang-kv-cache-dtype", pr.kv_cache_dtype)
+    if pr.recurrent_state_dtype and recipe.kind == "hybrid":
+        g.add("--sglang-mamba-ssm-dtype", pr.recurrent_state_dtype)
+    if pr.state_kv_ratio and recipe.kind == "hybrid":
+        g.add("--sglang-mamba-full-memory-ratio", _fmt_num(pr.state_kv_ratio))
+    dp, ep = sglang_parallel(recipe, exp.placement.engine_gpus)
+    if dp:
+        g.add("--sglang-enable-dp-attention")
+        g.add("--sglang-dp-size", dp)
+    if ep:
+        g.add("--sglang-ep-size", ep)
+    if c.r3:
+        g.add("--sglang-enable-return-routed-experts")
+    if c.deterministic:
+        g.add("--sglang-enable-deterministic-inference")
+    if not with_yaml:
+        for key, value in eagle_settings(exp, recipe).items():
+            g.add("--sglang-" + key.replace("_", "-"), value)
+        if s.hicache.enabled:
+            g.add("--sglang-enable-hierarchical-cache")
+            g.add("--sglang-hicache-size", s.hicache.host_memory_gb)
+    if s.eagle.enabled and s.eagle.head == "separate":
+        g.add("--sglang-speculative-draft-model-path", Var("DRAFT_HEAD_PATH"))
+    if s.pd.enabled and s.pd.rdma_devices:
+        g.add("--sglang-disaggregation-ib-device", Var("RDMA_IB_DEVICES"))
+    if s.hicache.enabled and exp.placement.ownership == "colocated":
+        g.add("--sglang-release-hicache")  # SGL-6: free the host cache when the engine is offloaded
+    if with_yaml:
+        g.add("--sglang-config", Var("SGLANG_CONFIG"))
+    return g
+
+
+def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[FlagGroup]:
+    """The flags of `train`, grouped as a reader looks for them (runtime-cli.md names)."""
+    p, t, ro, r, pr, c, ev = (exp.placement, exp.task, exp.rollout, exp.resources, exp.precision,
+                              exp.corrections, exp.evaluation)
+    tiny = recipe.backends.train == "embedded"
+    megatron = recipe.backends.train == "megatron"
+    groups: list[FlagGroup] = []
+
+    g = FlagGroup("Cluster: training and rollout GPUs")
+    nodes, per_node = actor_layout(exp, tiny)
+    g.add("--train-backend", recipe.backends.train)
+    g.add("--rollout-backend", recipe.backends.rollout)
+    g.add("--actor-num-nodes", nodes)
+    g.add("--actor-num-gpus-per-node", per_node)
+    if not tiny:
+        g.add("--num-gpus-per-node", p.gpus_per_node)
+    if p.ownership == "colocated":
+        g.add("--colocate")
+    elif p.ownership == "disaggregated":
+        g.add("--rollout-num-gpus", p.rollout_gpus if not tiny else 1)
+    else:
+        g.add("--rollout-external-engine-addrs", Var("EXTERNAL_ENGINE_ADDRS", array=True))
+    if p.ownership != "external":
+        g.add("--rollout-num-gpus-per-engine", p.engine_gpus if not tiny else 1)
+    groups.append(g)
+
+    g = FlagGroup("Checkpoints")
+    serving_ckpt = pr.rollout in ("fp8", "int4")
+    g.add("--hf-checkpoint", Var("SERVING_CHECKPOINT" if serving_ckpt else "HF_CHECKPOINT"))
+    g.add("--ref-load", Var("REF_LOAD"))
+    if exp.paths.load:
+        g.add("--load", Var("LOAD_DIR"))
+    g.add("--save", Var("SAVE_DIR"))
+    g.add("--save-interval", exp.paths.save_interval)
+    g.add("--output-dir", Var("OUTPUT_DIR"))
+    groups.append(g)
+
+    g = FlagGroup("Data")
+    g.add("--prompt-data", Var("PROMPT_DATA"))
+    g.add("--input-key", t.input_key)
+    g.add("--label-key", t.label_key)
+    if t.apply_chat_template:
+        g.add("--apply-chat-template")
+    g.add("--rollout-shuffle")
+    groups.append(g)
+
+    g = FlagGroup("Rollout: run length, batch, sampling, reward")
+    g.add("--num-rollout", t.num_rollout)
+    g.add("--rollout-batch-size", t.rollout_batch_size)
+    g.add("--n-samples-per-prompt", t.n_samples_per_prompt)
+    g.add("--num-steps-per-rollout", t.num_steps_per_rollout)
+    g.add("--rollout-max-response-len", ro.max_response_len)
+    g.add("--rollout-temperature", _fmt_num(ro.temperature))
+    if t.custom_reward_path:
+        g.add("--custom-rm-path", Var("CUSTOM_RM_PATH"))
+    else:
+        g.add("--rm-type", t.rm_type)
+    if t.custom_generate_path:
+        g.add("--custom-generate-function-path", Var("CUSTOM_GENERATE_PATH"))
+    if ro.over_sampling_batch_size:
+        g.add("--over-sampling-batch-size", ro.over_sampling_batch_size)
+    if ro.partial_rollout:
+        g.add("--partial-rollout")
+    groups.append(g)
+
+    g = FlagGroup("Algorithm, loss and optimizer")
+    g.add("--advantage-estimator", t.advantage_estimator)
+    g.add("--eps-clip", "0.2")
+    g.add("--eps-clip-high", "0.28")
+    g.add("--use-kl-loss")
+    g.add("--kl-loss-coef", "0")
+    g.add("--kl-loss-type", "low_var_kl")
+    g.add("--entropy-coef", "0")
+    g.add("--use-dynamic-batch-size")
+    g.add("--max-tokens-per-gpu", r.max_tokens_per_gpu)
+    g.add("--lr", "1e-6")
+    if megatron:
+        g.add("--optimizer", "adam")
+        g.add("--lr-decay-style", "constant")
+    g.add("--weight-decay", "0.1")
+    g.add("--adam-beta1", "0.9")
+    g.add("--adam-beta2", "0.98")
+    groups.append(g)
+
+    g = FlagGroup("Train/rollout mismatch corrections")
+    if c.tis:
+        g.add("--use-tis")
+        g.add("--tis-clip", _fmt_num(c.tis_clip))
+    if c.icepop:
+        g.add("--use-icepop")
+        g.add("--icepop-low", _fmt_num(c.icepop_low))
+        g.add("--icepop-high", _fmt_num(c.icepop_high))
+    if c.r3:
+        g.add("--use-rollout-routing-replay")
+    if g.lines:
+        groups.append(g)
+
+    if ev.enabled:
+        g = FlagGroup("Held-out evaluation")
+        g.add("--eval-interval", ev.interval)
+        g.add("--eval-prompt-data", ev.name, Var("EVAL_DATA"))
+        g.add("--n-samples-per-eval-prompt", ev.n_samples)
+        groups.append(g)
+
+    if recipe.backends.rollout == "sglang":
+        groups.append(_sglang_flag_lines(exp, recipe, needs_sglang_yaml(exp, recipe)))
+
+    if megatron:
+        g = FlagGroup("Megatron: parallelism, memory")
+        g.add("--tensor-model-parallel-size", r.tp)
+        g.add("--pipeline-model-parallel-size", r.pp)
+        g.add("--context-parallel-size", r.cp)
+        g.add("--expert-model-parallel-size", r.ep)
+        if recipe.kind == "moe":
+            g.add("--expert-tensor-parallel-size", 1)
+        if r.tp > 1:
+            g.add("--sequence-parallel")
+        if r.pp > 1 and r.pp_first_stage_layers:
+            g.add("--decoder-first-pipeline-num-layers", r.pp_first_stage_layers)
+        if r.pp > 1 and r.pp_last_stage_layers:
+            g.add("--decoder-last-pipeline-num-layers", r.pp_last_stage_layers)
+        if r.recompute == "full":
+            g.add("--recompute-granularity", "full")
+            g.add("--recompute-method", "uniform")
+            g.add("--recompute-num-layers", 1)
+        elif r.recompute == "selective":
+            g.add("--recompute-granularity", "selective")
+        if r.cpu_adam:
+            g.add("--optimizer-cpu-offload")
+            g.add("--overlap-cpu-optimizer-d2h-h2d")
+            g.add("--use-precision-aware-optimizer")
+        if pr.training == "fp8":
+            g.add("--fp8-format", "e4m3")
+            g.add("--fp8-recipe", "blockwise")
+        groups.append(g)
+
+    if tiny:
+        tuned = tiny_tuned_flags()
+        g = FlagGroup(f"Tiny recipe: measured flags from {TINY_TRAIN_ARGS}")
+        for flag, values in tuned.items():
+            if flag == "--eval-temperature" and not ev.enabled:
+                continue
+            replaced = False
+            for group in groups:
+                for line in group.lines:
+                    if line[0] == flag:
+                        line[1:] = values
+                        replaced = True
+            if not replaced:
+                g.add(flag, *values)
+        if g.lines:
+            groups.append(g)
+
+    if recipe.train_args:
+        g = FlagGroup(f"Recipe {recipe.name}: its own tuned flags")
+        g.lines.extend(_split_flag_lines(recipe.train_args))
+        groups.append(g)
+    return groups
+
+
+def _split_flag_lines(tokens: list[str]) -> list[list[Any]]:
+    lines: list[list[Any]] = []
+    for tok in tokens:
+        if tok.startswith("--") or not lines:
+            lines.append([tok])
+        else:
+            lines[-1].append(tok)
+    return lines
+
+
+def runtime_env_fixed(exp: Experiment, recipe: Recipe) -> list[str]:
+    """Environment variables the job always gets (besides PYTHONPATH and NCCL_* passed through)."""
+    env = ["PYTHONUNBUFFERED=1"]
+    r = exp.resources
+    if recipe.backends.train == "megatron" and (r.tp > 1 or r.cp > 1):
+        env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")  # PAR-4: Megatron requires it with TP/CP > 1
+    if exp.precision.training == "fp8":
+        env.append("NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1")  # PRC-1
+    return env
