@@ -294,13 +294,11 @@ def validate(exp: Experiment) -> list[Finding]:
     try:
         recipe = get_recipe(exp.model.recipe)
     except RecipeError as exc:
-        return [Finding(id="LAB-MODEL-1", level="error", fields=["model.recipe"], message=str(exc),
-                        fix=f"Choose one of: {', '.join(all_recipes())}.")]
+        return [Finding.of("LAB-MODEL-1", "error", ["model.recipe"], error=str(exc), models=", ".join(all_recipes()))]
     try:
         spec = spec_for_recipe(recipe.name)
     except ModelSpecError as exc:
-        return [Finding(id="LAB-MODEL-2", level="error", fields=["model.recipe"], message=str(exc),
-                        fix=f"Restore {recipe.model_spec} (a MODEL_ARGS array).")]
+        return [Finding.of("LAB-MODEL-2", "error", ["model.recipe"], error=str(exc), spec=recipe.model_spec)]
     order = {"error": 0, "warning": 1, "info": 2}
     d = derive(exp)
     found: list[Finding] = []
