@@ -5,7 +5,17 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change"}
+     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image"}
+
+`repairs`: previews from `lab.repair.propose_repairs(B)` (nothing applied); the action
+`{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
+record `experiment.json` carries (lab/provenance.py), regenerated for every answer. `image`: the
+selected installation image's hardware context (GPU family, memory, FP8/INT4) from images.yaml.
+
+Load JSON REPLACES B (one undoable entry): the file's fields win; every field the file does not
+name goes back to the default of the file's recipe (B's recipe when the file names none), except
+the user's private fields (paths, addresses, RDMA devices, hooks), which are kept unless the file
+has them. A file that cannot be loaded is a 422 naming what is wrong; B and history are untouched.
 
 Bad input (an unknown field, a value the model refuses, a broken share link or JSON file) is a
 4xx whose `detail[0].loc` ends with the field path and whose `msg` says what is wrong; the page
@@ -48,7 +58,7 @@ GRPO_EXAMPLE_REWARDS = [1, 1, 1, 1, 0, 0, 0, 0]
 
 ActionType = Literal[
     "view", "edit", "edit_many", "undo", "redo", "reset", "open_share",
-    "save_a", "clear_a", "restore_a", "load_json", "adopt_grpo",
+    "save_a", "clear_a", "restore_a", "load_json", "adopt_grpo", "apply_repair",
 ]
 
 
@@ -62,12 +72,15 @@ class Action(BaseModel):
     link: str | None = Field(None, description="open_share: the share link, its #s= fragment, or the bare token.")
     data: Any = Field(None, description="load_json: an experiment.json export or a choices object.")
     text: str | None = Field(None, description="load_json: the file's text, as read by the page.")
+    id: str | None = Field(None, description="apply_repair: the repair's id from `repairs`.")
 
 
 class WorkspaceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     workspace: Workspace | None = Field(None, description="The page's workspace; null starts a fresh one.")
     action: Action
+    lang: Literal["en", "zh"] = Field("en", description="Language of the findings, repairs, change reasons and memory "
+                                                     "texts in the answer (the workspace and the files stay English).")
 
 
 def _error(status: int, loc: list[Any], msg: str) -> JSONResponse:
@@ -111,8 +124,29 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
             loaded = parse_document(text)
         except LoadError as exc:
             raise ChangeError(exc.field or "action.text", str(exc)) from exc
-        return workspace.apply_choices(ws, loaded.choices, "Load JSON")
+        return replace_b(ws, loaded.choices, "Load JSON")
+    if t == "apply_repair":
+        from lab.repair import apply_repair
+
+        if not action.id:
+            raise ChangeError("action.id", "apply_repair names the repair it applies")
+        return apply_repair(ws, action.id)
     raise ChangeError("action.type", f"unknown action {t!r}")  # pragma: no cover - Literal guards it
+
+
+def replace_b(ws: Workspace, choices: dict[str, Any], label: str) -> Workspace:
+    """B becomes the file: its fields, the defaults of its recipe for the rest, the user's private
+    fields unless the file has them. ONE undoable entry; a bad value raises before anything changes."""
+    from lab.experiment import PRIVATE_FIELDS
+
+    given = workspace.flatten_choices(choices)
+    for path, value in given.items():  # every value checked first: a bad field names itself
+        rules.apply_change(ws.b, path, value)
+    base = workspace.leaf_values(rules.new_experiment(given.get("model.recipe", ws.b.model.recipe)))
+    mine = workspace.leaf_values(ws.b)
+    full = {p: (mine[p] if p in PRIVATE_FIELDS else v) for p, v in base.items()}
+    full.update(given)
+    return workspace.edit_many(ws, full, label)
 
 
 # --- what the page draws ------------------------------------------------------------------------
@@ -249,7 +283,37 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "share_link_ab": share_link_ab,
         "recipe": _recipe_info(exp),
         "last_change": last_change,
+        "repairs": _repairs(exp),
+        "provenance": _provenance(exp),
+        "image": _image_info(exp.install.image),
     }
+
+
+def _repairs(exp: Experiment) -> list[Any]:
+    from lab.repair import propose_repairs
+
+    return _dump(propose_repairs(exp))
+
+
+def _provenance(exp: Experiment) -> dict[str, Any] | None:
+    """The record experiment.json carries (cached git state, hashes of the files as they are now)."""
+    from lab.provenance import known_images, provenance
+    from lab.recipes import RecipeError, get_recipe
+
+    try:
+        return provenance(get_recipe(exp.model.recipe), exp.install.image)
+    except RecipeError:
+        return {"checkout": None, "sources": {}, "image": None, "known_images": known_images()}
+
+
+def _image_info(tag: str) -> dict[str, Any]:
+    """Hardware context of the selected image (build facts; no certification of a model or memory fit)."""
+    from lab.images import get_image
+
+    image = get_image(tag)
+    if image is None:
+        return {"tag": tag, "known": False}
+    return {"known": True, **image.model_dump(mode="json")}
 
 
 def _recipe_info(exp: Experiment) -> dict[str, Any] | None:
@@ -269,7 +333,23 @@ def post_workspace(req: WorkspaceRequest) -> Any:
         new = _apply(ws, req.action)
     except ChangeError as exc:
         return _error(422, ["body", "action", exc.field], exc.message)
-    return view(new, _last_change(req.action.type, ws, new))
+    return localized(view(new, _last_change(req.action.type, ws, new)), req.lang)
+
+
+def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:
+    """The page's texts in `lang` (lab/messages.py); the workspace and the downloadable files stay English."""
+    if lang == "en":
+        return v
+    from lab import messages as M
+
+    return {
+        **v,
+        "findings": M.localize_findings(v["findings"], lang),
+        "a_findings": M.localize_findings(v["a_findings"], lang),
+        "repairs": [M.localize_repair(r, lang) for r in v["repairs"]],
+        "last_change": M.localize_entry(v["last_change"], lang),
+        "memory": M.localize_memory(v["memory"], lang),
+    }
 
 
 def _last_change(kind: str, before: Workspace, after: Workspace) -> Any:

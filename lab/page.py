@@ -130,7 +130,9 @@ def render_page() -> str:
             return images[value]
         return en["fields"][path]["options"][value]
 
-    html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt)
+    from lab.load_json import MAX_BYTES
+
+    html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES)
     missing = set(specs) - used
     if missing:
         raise RuntimeError(f"the page draws no control for {sorted(missing)}")

@@ -1,10 +1,23 @@
-"""Repair previews: for some findings, a set of field values that fixes them, shown before applying.
+"""Repair previews: for findings with a mechanical fix, the field values that fix them, shown before
+anything is applied.
 
-A `Repair` lists the values the user would set, the resulting field changes (dependent ones
-included, each with its reason), the GPU allocation after it and the errors that would remain.
-Nothing is applied here; applying one is `workspace.edit_many(ws, repair.values, repair.title)`:
-one undoable entry, so Undo restores all of its fields together. RDMA devices and external engine
-addresses are never proposed: they must come from the user's environment.
+A `Repair` carries everything the page shows in a preview: a stable `id`, the finding it fixes
+(`fixes` + `finding`), the values the user would set, every field that would change (dependent
+changes included, each with its reason), the GPU allocation after it (`allocation`, from
+`derive`), what is still required from the user's environment (`requires`) and the errors that
+would remain. Nothing is applied here; `apply_repair(ws, id)` applies one as
+`workspace.edit_many(ws, repair.values, repair.title)`: ONE undoable entry, so one Undo restores
+all of its fields together.
+
+Resource changes derive from the recipe: the engine size is the recipe's `rollout.engine_gpus`,
+the smallest training pool is the parallel layout's tile (TP·PP·CP, and EP·PP for MoE), and
+parallelism repairs offer the recipe's own layout. RDMA device names and external engine
+addresses are never proposed or invented: they come from the user's environment and stay listed
+in `requires` (a test enforces it).
+
+`title` is the English text (history label, CLI); `lab.messages` localizes it by matching the
+catalogue's `repair.<kind>` template (`kind` + `params` are the same key and parameters), and
+POST /api/workspace returns it in the page's language.
 """
 from __future__ import annotations
 
@@ -13,83 +26,291 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from lab.derive import Derived, derive
+from lab.derive import ETP, Derived, derive
 from lab.experiment import Experiment
+from lab.recipes import Recipe, RecipeError, get_recipe
 from lab.rules import ChangeError, FieldChange, Finding, validate
 from lab.workspace import Workspace, edit_many
 
+# Fields a repair must never set: they describe the user's machines.
+NEVER_PROPOSED = frozenset({"serving.pd.rdma_devices", "placement.external_engine_addrs"})
+MAX_NODES = 4096
+
+
+class Requirement(BaseModel):
+    key: str = Field(description="Locale key suffix (req_<key>): rdma_devices, mooncake, external_addrs.")
+    field: str | None = Field(None, description="The field the user fills in, when there is one.")
+    text: str = Field(description="English text.")
+
 
 class Repair(BaseModel):
+    id: str = Field(description="Stable id, '<finding id>:<kind>'; the page applies a repair by it.")
     fixes: str = Field(description="The finding id it repairs.")
+    finding: Finding | None = Field(None, description="The finding it repairs (id, level, fields, message, fix).")
+    kind: str = Field("", description="What kind of repair (the page's locale key repair_<kind>).")
+    params: dict[str, Any] = Field(default_factory=dict, description="Numbers for the localized title.")
     title: str
     values: dict[str, Any] = Field(description="Field path → value the user would set (one undoable entry).")
     changes: list[FieldChange] = Field(description="Every field that would change, dependents included.")
     derived: Derived = Field(description="Numbers after the repair (GPUs, engines, DP ...).")
+    allocation: dict[str, int] = Field(default_factory=dict, description="The GPU allocation after the repair.")
+    requires: list[Requirement] = Field(default_factory=list, description="Still required from your environment.")
     remaining: list[Finding] = Field(description="Errors still present after the repair.")
 
 
-def _pd(exp: Experiment, d: Derived) -> list[tuple[str, dict[str, Any]]]:
+# A proposal: (kind, params, English title, values).
+Proposal = tuple[str, dict[str, Any], str, dict[str, Any]]
+
+
+def _recipe(exp: Experiment) -> Recipe | None:
+    try:
+        return get_recipe(exp.model.recipe)
+    except RecipeError:
+        return None
+
+
+def _engine_size(exp: Experiment) -> int:
+    """The recipe's engine size (what the model needs per engine); the experiment's without a recipe."""
+    recipe = _recipe(exp)
+    return recipe.rollout.engine_gpus if recipe is not None else exp.placement.engine_gpus
+
+
+def _train_unit(exp: Experiment, tp: int, pp: int, cp: int, ep: int) -> int:
+    """The smallest training pool the parallel layout tiles: TP·PP·CP, and lcm with EP·PP for MoE."""
+    unit = tp * pp * cp
+    recipe = _recipe(exp)
+    if recipe is not None and recipe.kind == "moe":
+        unit = math.lcm(unit, ETP * ep * pp)
+    return unit
+
+
+def _with_engine(exp: Experiment, e: int, values: dict[str, Any]) -> dict[str, Any]:
+    if e != exp.placement.engine_gpus:
+        return {"placement.engine_gpus": e, **values}
+    return values
+
+
+def _colocated_nodes(exp: Experiment, at_least: int, multiples: list[int]) -> int | None:
+    """Smallest node count ≥ at_least whose shared pool (nodes × GPUs per node) every multiple divides."""
+    gpn = exp.placement.gpus_per_node
+    if gpn <= 0:
+        return None
+    for k in range(max(1, math.ceil(at_least / gpn)), MAX_NODES + 1):
+        if all(m > 0 and (k * gpn) % m == 0 for m in multiples):
+            return k
+    return None
+
+
+# --- proposers: (experiment, derived) → proposals ---------------------------------------------------
+
+def _pd(exp: Experiment, d: Derived) -> list[Proposal]:
     p, pd = exp.placement, exp.serving.pd
-    e = max(p.engine_gpus, 1)
-    out = []
+    if p.ownership == "external":
+        return [("pd_off", {}, "Turn PD off here: the external deployment owns its prefill/decode topology",
+                 {"serving.pd.enabled": False})]
+    e = _engine_size(exp)
+    if e <= 0:
+        return []
+    out: list[Proposal] = []
     engines = p.rollout_gpus // e
-    if engines >= 2:
+    if engines >= 2:  # split the engines the pool already holds
         prefill = max(1, engines // 2)
-        out.append((f"Split the {engines} engines of the rollout pool: {prefill} prefill + {engines - prefill} decode",
-                    {"serving.pd.prefill_engines": prefill, "serving.pd.decode_engines": engines - prefill}))
+        values: dict[str, Any] = {"serving.pd.prefill_engines": prefill, "serving.pd.decode_engines": engines - prefill}
+        if p.rollout_gpus % e and p.ownership == "disaggregated":
+            values["placement.rollout_gpus"] = engines * e
+        out.append(("pd_split", {"engines": engines, "prefill": prefill, "decode": engines - prefill},
+                    f"Split the {engines} engines of the rollout pool: {prefill} prefill + {engines - prefill} decode",
+                    _with_engine(exp, e, values)))
     pf, dc = max(pd.prefill_engines, 1), max(pd.decode_engines, 1)
     need = (pf + dc) * e
     if p.ownership == "disaggregated" and need != p.rollout_gpus:
-        values: dict[str, Any] = {"serving.pd.prefill_engines": pf, "serving.pd.decode_engines": dc, "placement.rollout_gpus": need}
+        values = {"serving.pd.prefill_engines": pf, "serving.pd.decode_engines": dc, "placement.rollout_gpus": need}
         if p.gpus_per_node and p.train_gpus + need > p.nodes * p.gpus_per_node:
             values["placement.nodes"] = math.ceil((p.train_gpus + need) / p.gpus_per_node)
-        out.append((f"Size the rollout pool for {pf} prefill + {dc} decode engines of {e} GPUs ({need} GPUs)", values))
+        out.append(("pd_grow", {"prefill": pf, "decode": dc, "e": e, "gpus": need},
+                    f"Size the rollout pool for {pf} prefill + {dc} decode engines of {e} GPUs ({need} GPUs)",
+                    _with_engine(exp, e, values)))
+    elif p.ownership == "colocated" and need > p.rollout_gpus:
+        r = exp.resources
+        nodes = _colocated_nodes(exp, need, [e, _train_unit(exp, r.tp, r.pp, r.cp, r.ep)])
+        if nodes is not None:
+            pool = nodes * p.gpus_per_node
+            dc = pool // e - pf
+            out.append(("pd_grow_shared", {"prefill": pf, "decode": dc, "e": e, "gpus": pool, "nodes": nodes},
+                        f"Grow the shared pool to {nodes} nodes ({pool} GPUs): {pf} prefill + {dc} decode engines of {e} GPUs",
+                        _with_engine(exp, e, {"placement.nodes": nodes, "serving.pd.prefill_engines": pf,
+                                              "serving.pd.decode_engines": dc})))
     return out
 
 
-def _idle(exp: Experiment, d: Derived) -> list[tuple[str, dict[str, Any]]]:
+def _idle(exp: Experiment, d: Derived) -> list[Proposal]:
     p = exp.placement
     if p.ownership != "disaggregated" or not p.engine_gpus or not d.idle_rollout_gpus or not d.engines:
         return []
-    return [(f"Use {d.engines * p.engine_gpus} rollout GPUs ({d.engines} whole engines)",
-             {"placement.rollout_gpus": d.engines * p.engine_gpus})]
+    gpus = d.engines * p.engine_gpus
+    return [("idle", {"gpus": gpus, "engines": d.engines}, f"Use {gpus} rollout GPUs ({d.engines} whole engines)",
+             {"placement.rollout_gpus": gpus})]
 
 
-def _nodes(exp: Experiment, d: Derived) -> list[tuple[str, dict[str, Any]]]:
-    return [(f"Declare {d.nodes_needed} nodes", {"placement.nodes": d.nodes_needed})] if d.nodes_needed > exp.placement.nodes else []
+def _nodes(exp: Experiment, d: Derived) -> list[Proposal]:
+    if d.nodes_needed <= exp.placement.nodes:
+        return []
+    return [("nodes", {"nodes": d.nodes_needed}, f"Declare {d.nodes_needed} nodes", {"placement.nodes": d.nodes_needed})]
 
 
-_PROPOSERS: dict[str, Callable[[Experiment, Derived], list[tuple[str, dict[str, Any]]]]] = {
+def _parallel(exp: Experiment, d: Derived) -> list[Proposal]:
+    """Parallelism that does not divide the GPUs: the recipe's layout, or a training pool it tiles."""
+    p, r = exp.placement, exp.resources
+    out: list[Proposal] = []
+    recipe = _recipe(exp)
+    if recipe is not None:
+        rp = recipe.parallel
+        mine = {"resources.tp": r.tp, "resources.pp": r.pp, "resources.cp": r.cp, "resources.ep": r.ep,
+                "resources.pp_first_stage_layers": r.pp_first_stage_layers, "resources.pp_last_stage_layers": r.pp_last_stage_layers}
+        theirs = {"resources.tp": rp.tp, "resources.pp": rp.pp, "resources.cp": rp.cp, "resources.ep": rp.ep,
+                  "resources.pp_first_stage_layers": rp.pp_first_stage_layers, "resources.pp_last_stage_layers": rp.pp_last_stage_layers}
+        unit = _train_unit(exp, rp.tp, rp.pp, rp.cp, rp.ep)
+        if mine != theirs and p.train_gpus and p.train_gpus % unit == 0:
+            out.append(("par_recipe", {"tp": rp.tp, "pp": rp.pp, "cp": rp.cp, "ep": rp.ep},
+                        f"Use the {recipe.display_name} recipe's layout: TP {rp.tp} / PP {rp.pp} / CP {rp.cp} / EP {rp.ep}",
+                        {k: v for k, v in theirs.items() if mine[k] != v}))
+    unit = _train_unit(exp, r.tp, r.pp, r.cp, r.ep)
+    if not p.train_gpus or p.train_gpus % unit == 0:
+        return out
+    if p.ownership == "colocated":
+        nodes = _colocated_nodes(exp, max(p.train_gpus, unit), [unit, max(p.engine_gpus, 1)])
+        if nodes is not None:
+            pool = nodes * p.gpus_per_node
+            out.append(("par_pool_shared", {"gpus": pool, "nodes": nodes, "unit": unit},
+                        f"Grow the shared pool to {nodes} nodes ({pool} GPUs), a multiple of {unit} (the parallel layout)",
+                        {"placement.nodes": nodes}))
+        return out
+    train = max(unit, (p.train_gpus // unit) * unit)
+    values: dict[str, Any] = {"placement.train_gpus": train}
+    if p.gpus_per_node:
+        total = train + (p.rollout_gpus if p.ownership == "disaggregated" else 0)
+        if total > p.nodes * p.gpus_per_node:
+            values["placement.nodes"] = math.ceil(total / p.gpus_per_node)
+    out.append(("par_pool", {"gpus": train, "unit": unit},
+                f"Use {train} training GPUs, a multiple of {unit} (the parallel layout)", values))
+    return out
+
+
+def _colocated_async(exp: Experiment, d: Derived) -> list[Proposal]:
+    return [("col_split", {}, "Separate training and rollout pools (sized from the recipe's engine and parallel layout)",
+             {"placement.ownership": "disaggregated"}),
+            ("col_sync", {}, "Keep the shared pool and schedule synchronously", {"placement.scheduling": "sync"})]
+
+
+def _async_steps(exp: Experiment, d: Derived) -> list[Proposal]:
+    values: dict[str, Any] = {"task.num_steps_per_rollout": 1}
+    if not (exp.corrections.tis or exp.corrections.icepop):
+        values["corrections.tis"] = True
+    if len(values) > 1:
+        return [("async_one_step_tis", {}, "One optimizer step per rollout, with TIS", values)]
+    return [("async_one_step", {}, "One optimizer step per rollout", values)]
+
+
+def _async_backlog(exp: Experiment, d: Derived) -> list[Proposal]:
+    per = max(1, 2 * d.samples_per_rollout // max(d.engines, 1))
+    if per >= exp.serving.concurrency:
+        return []
+    return [("async_concurrency", {"n": per}, f"Concurrency {per} per engine (about 2 × the samples of one rollout)",
+             {"serving.concurrency": per})]
+
+
+_PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
     "SGL-4": _pd,
     "RES-4": _idle,
     "RES-2": _nodes,
-    "COL-1": lambda e, d: [("Separate training and rollout pools", {"placement.ownership": "disaggregated"})],
-    "BAT-3": lambda e, d: [("One optimizer step per rollout", {"task.num_steps_per_rollout": 1})],
-    "BAT-6": lambda e, d: [("Eight samples per prompt", {"task.n_samples_per_prompt": 8})],
-    "EVL-2": lambda e, d: [("Turn in-run evaluation off (schedule a separate eval job)", {"evaluation.enabled": False})],
-    "LAB-HYB-1": lambda e, d: [("Keep the recurrent state in float32", {"precision.recurrent_state_dtype": "float32"})],
-    "PRC-5": lambda e, d: [("Turn on TIS", {"corrections.tis": True})],
-    "ASY-1": lambda e, d: [("Turn on TIS", {"corrections.tis": True})],
+    "PAR-1": _parallel,
+    "PAR-2": _parallel,
+    "COL-1": _colocated_async,
+    "LAB-ASY-STEPS": _async_steps,
+    "ASY-3": _async_backlog,
+    "ASY-1": lambda e, d: [("tis", {}, "Turn on TIS", {"corrections.tis": True})],
+    "PRC-5": lambda e, d: [("tis", {}, "Turn on TIS", {"corrections.tis": True})],
+    "BAT-3": lambda e, d: [("one_step", {}, "One optimizer step per rollout", {"task.num_steps_per_rollout": 1})],
+    "BAT-6": lambda e, d: [("eight_samples", {}, "Eight samples per prompt", {"task.n_samples_per_prompt": 8})],
+    "EVL-2": lambda e, d: [("eval_off", {}, "Turn in-run evaluation off (schedule a separate eval job)", {"evaluation.enabled": False})],
+    "LAB-HYB-1": lambda e, d: [("state_fp32", {}, "Keep the recurrent state in float32", {"precision.recurrent_state_dtype": "float32"})],
 }
 
 
+# --- what a repair leaves to the user ---------------------------------------------------------------
+
+def requirements(exp: Experiment) -> list[Requirement]:
+    """What the user must still provide from their environment (never proposed by a repair)."""
+    p, pd = exp.placement, exp.serving.pd
+    out: list[Requirement] = []
+    if pd.enabled and p.ownership != "external":
+        if not pd.rdma_devices:
+            out.append(Requirement(key="rdma_devices", field="serving.pd.rdma_devices",
+                                   text="RDMA (InfiniBand) device names of your nodes for Mooncake (see ibv_devices); "
+                                        "the lab never invents them."))
+        out.append(Requirement(key="mooncake", text="The Mooncake transfer engine installed on every node (KV transfer)."))
+    if p.ownership == "external" and not p.external_engine_addrs:
+        out.append(Requirement(key="external_addrs", field="placement.external_engine_addrs",
+                               text="host:port of each external SGLang engine, from your deployment."))
+    return out
+
+
+ALLOCATION_KEYS = ("nodes", "gpus_per_node", "train_gpus", "rollout_gpus", "engine_gpus")
+DERIVED_ALLOCATION_KEYS = ("engines", "prefill_gpus", "decode_gpus", "idle_rollout_gpus", "total_gpus", "declared_gpus", "dp")
+
+
+def allocation(exp: Experiment, d: Derived) -> dict[str, int]:
+    p = exp.placement
+    out = {k: getattr(p, k) for k in ALLOCATION_KEYS}
+    out.update({k: getattr(d, k) for k in DERIVED_ALLOCATION_KEYS})
+    return out
+
+
 def propose_repairs(exp: Experiment) -> list[Repair]:
-    """Previews for the current findings that have a mechanical repair (none is applied)."""
+    """Previews for the current findings that have a mechanical repair (none is applied).
+
+    A proposal is kept only if it changes something, sets no private machine field and makes the
+    finding it targets go away (the same finding, same message, must not remain)."""
     d = derive(exp)
     ws = Workspace(b=exp)
+    findings = validate(exp)
     out: list[Repair] = []
-    seen: set[str] = set()
-    for finding in validate(exp):
+    seen_ids: set[str] = set()
+    seen_values: set[str] = set()
+    for finding in findings:
         proposer = _PROPOSERS.get(finding.id)
-        if proposer is None or finding.id in seen:
+        if proposer is None:
             continue
-        seen.add(finding.id)
-        for title, values in proposer(exp, d):
+        for kind, params, title, values in proposer(exp, d):
+            rid = f"{finding.id}:{kind}"
+            key = repr(sorted(values.items()))
+            if rid in seen_ids or key in seen_values or NEVER_PROPOSED & set(values):
+                continue
             try:
                 after = edit_many(ws, values, title)
             except ChangeError:
                 continue
-            changes = after.undo[-1].changes if after.undo else []
-            out.append(Repair(fixes=finding.id, title=title, values=values, changes=changes, derived=derive(after.b),
-                              remaining=[f for f in validate(after.b) if f.level == "error"]))
+            if not after.undo:  # changes nothing
+                continue
+            after_findings = validate(after.b)
+            if any(f.id == finding.id and f.message == finding.message for f in after_findings):
+                continue
+            seen_ids.add(rid)
+            seen_values.add(key)
+            after_d = derive(after.b)
+            out.append(Repair(id=rid, fixes=finding.id, finding=finding, kind=kind, params=params, title=title,
+                              values=values, changes=after.undo[-1].changes, derived=after_d,
+                              allocation=allocation(after.b, after_d), requires=requirements(after.b),
+                              remaining=[f for f in after_findings if f.level == "error"]))
     return out
+
+
+def apply_repair(ws: Workspace, repair_id: str) -> Workspace:
+    """Apply the repair with this id, recomputed for the workspace's current B, as ONE undoable entry.
+
+    Raises ChangeError when no current repair has this id (the page's preview is stale)."""
+    for r in propose_repairs(ws.b):
+        if r.id == repair_id:
+            return edit_many(ws, r.values, r.title)
+    raise ChangeError("action.id", f"repair {repair_id!r} does not apply to the current experiment "
+                                   "(it was fixed or changed); look at the current previews")

@@ -4,34 +4,26 @@
 // Drawing is incremental: each region is redrawn only when its data changed, and controls are
 // updated in place, so focus and caret survive an edit.
 
+import { $, $$, esc, fieldLabel, findingHTML, tr, ui } from "./util.js";
+import { drawCommands, drawDerived, drawDiag, drawLayout, drawMemory, drawServing } from "./draw_setup.js";
+import { drawAB, drawImage, drawProvenance, drawRepairs } from "./draw_panels.js";
+import { drawWalk, openWalk, walkGoTo, walkPlay, walkStep } from "./walk.js";
+
 const STORE_KEY = "slime-lab.workspace";
 const LANG_KEY = "slime-lab.lang";
-const $ = (s, r = document) => r.querySelector(s);
-const $$ = (s, r = document) => Array.from(r.querySelectorAll(s));
 
 const state = {
   ws: null,          // the Workspace JSON (choices + history + A)
   view: null,        // the last response
-  loc: null,         // the current locale
   locs: {},
   lang: "en",
   cache: {},         // region → JSON drawn last (skip unchanged regions)
-  grpo: null,
-  walk: { stage: 0, timer: null },
   rev: 0,
 };
 let chain = Promise.resolve();
 const controls = new Map(); // field path → element
 
 // --- locale ------------------------------------------------------------------------------------
-
-function tr(key, vars) {
-  let s = state.loc?.ui?.[key];
-  if (s === undefined) s = key;
-  if (vars) s = s.replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m));
-  return s;
-}
-const fieldLabel = (path) => state.loc?.fields?.[path]?.label ?? path;
 
 async function loadLocale(lang) {
   if (!state.locs[lang]) {
@@ -45,7 +37,7 @@ function applyLocale() {
   document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
   for (const el of $$("[data-i18n]")) el.textContent = tr(el.dataset.i18n);
   for (const el of $$("[data-i18n-field]")) {
-    const f = state.loc.fields[el.dataset.i18nField];
+    const f = ui.loc.fields[el.dataset.i18nField];
     if (!f) continue;
     const part = el.dataset.part;
     const text = part === "option" ? f.options?.[el.dataset.option] : f[part];
@@ -60,14 +52,15 @@ function applyLocale() {
 async function setLang(lang) {
   state.lang = lang;
   localStorage.setItem(LANG_KEY, lang);
-  state.loc = await loadLocale(lang);
+  ui.loc = await loadLocale(lang);
   applyLocale();
+  if (state.view) await send({ type: "view" }); // findings, repairs and reasons come back in this language
 }
 
 // --- talking to the API ------------------------------------------------------------------------
 
-function send(action) {
-  const p = chain.then(() => doSend(action));
+function send(action, errorPrefix = "") {
+  const p = chain.then(() => doSend(action, errorPrefix));
   chain = p.catch(() => false);
   return p;
 }
@@ -77,7 +70,7 @@ async function request(action, ws) {
     const res = await fetch("/api/workspace", {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ workspace: ws, action }),
+      body: JSON.stringify({ workspace: ws, action, lang: state.lang }),
     });
     return { ok: res.ok, data: await res.json() };
   } catch (e) {
@@ -85,9 +78,9 @@ async function request(action, ws) {
   }
 }
 
-function receive({ ok, data }) {
+function receive({ ok, data }, errorPrefix = "") {
   if (!ok) {
-    showError(formatDetail(data));
+    showError(errorPrefix + formatDetail(data));
     setStatus("status_error");
     if (state.view) drawControls(state.view.workspace.b, true); // keep (and show) the old state
     return false;
@@ -100,9 +93,9 @@ function receive({ ok, data }) {
   return data;
 }
 
-async function doSend(action) {
+async function doSend(action, errorPrefix) {
   setStatus("status_busy");
-  return receive(await request(action, state.ws));
+  return receive(await request(action, state.ws), errorPrefix);
 }
 
 function formatDetail(data) {
@@ -110,7 +103,7 @@ function formatDetail(data) {
   if (!d) return tr("error_prefix") + ": " + JSON.stringify(data?.detail ?? data);
   const loc = (d.loc || []).filter((x) => !["body", "action", "workspace", "b"].includes(x));
   const path = loc.join(".");
-  const name = state.loc?.fields?.[path] ? `${fieldLabel(path)} (${path})` : path;
+  const name = ui.loc?.fields?.[path] ? `${fieldLabel(path)} (${path})` : path;
   return `${tr("error_prefix")}: ${name ? name + ": " : ""}${d.msg}`;
 }
 
@@ -164,6 +157,9 @@ function draw(v) {
   if (changed("recipe", v.recipe)) drawRecipe(v.recipe);
   if (changed("serving", [exp.placement, exp.serving, v.derived])) drawServing(exp, v.derived);
   if (changed("diag", [exp.resources, v.derived.dp])) drawDiag(exp, v.derived);
+  if (changed("repairs", [v.repairs, v.derived, exp.placement])) drawRepairs(v.repairs, v);
+  if (changed("image", v.image)) drawImage(v.image);
+  if (changed("provenance", v.provenance)) drawProvenance(v.provenance);
   drawHistory(v.workspace);
   state.rev += 1;
   document.body.dataset.rev = String(state.rev);
@@ -207,18 +203,6 @@ function controlValue(el) {
   return raw;
 }
 
-function esc(s) {
-  return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
-}
-
-function findingHTML(f, withFields) {
-  const fields = withFields
-    ? " " + f.fields.map((p) => `<button type="button" class="linkish" data-focus="${esc(p)}">${esc(fieldLabel(p))}</button>`).join(" ")
-    : "";
-  return `<div class="finding level-${esc(f.level)}"><b>${esc(tr("level_" + f.level))} ${esc(f.id)}</b>${fields} ${esc(f.message)}` +
-    (f.fix ? ` <span class="fix"><b>${esc(tr("fix"))}</b> ${esc(f.fix)}</span>` : "") + `</div>`;
-}
-
 function drawFindings(findings) {
   // The full finding sits at the first field it names that the page shows; its other fields get a
   // short reference, so one finding is not repeated in full across a step.
@@ -250,82 +234,6 @@ function drawFindings(findings) {
     (n.warning ? `<span class="badge warn" title="${esc(tr("level_warning"))}">! ${n.warning}</span>` : "");
 }
 
-function drawLayout(L) {
-  const box = $("#layout");
-  if (!L) { box.textContent = ""; return; }
-  if (L.cpu_only) { box.innerHTML = `<p class="note">${esc(tr("cpu_only"))}</p>`; return; }
-  const cell = (c, g) => {
-    const [role, eng] = c;
-    const start = eng != null && (g === 0 || cell.prev !== eng);
-    cell.prev = eng;
-    const cls = `cell ${role}` + (eng != null ? ` eng-${eng % 2 ? "odd" : "even"}` : "") + (start ? " eng-start" : "");
-    const title = tr("gpu_title", { g, role: tr("role_" + role) }) + (eng != null ? ` · ${tr("engine", { e: eng })}` : "");
-    return `<span class="${cls}" title="${esc(title)}">${start ? "E" + eng : ""}</span>`;
-  };
-  cell.prev = null;
-  let g = 0;
-  const nodes = L.nodes.map((n, i) =>
-    `<div class="node"><span class="node-label">${esc(tr("node", { i }))}</span><div class="gpus">${n.map((c) => cell(c, g++)).join("")}</div></div>`).join("");
-  const more = L.hidden_nodes ? `<p class="note">${esc(tr("hidden_nodes", { n: L.hidden_nodes }))}</p>` : "";
-  let ext = "";
-  if (L.external && L.external.length) {
-    const engines = L.external.map((size, e) =>
-      `<div class="ext-engine"><span class="node-label">${esc(tr("engine", { e }))}</span><div class="gpus">${
-        Array.from({ length: Math.min(size, 64) }, () => `<span class="cell external"></span>`).join("")}</div></div>`).join("");
-    ext = `<div class="ext-box"><div class="box-title">${esc(tr("external_box"))}</div>${engines}</div>`;
-  }
-  box.innerHTML = `<div class="ray-box"><div class="box-title">${esc(tr("ray_box"))}</div>${nodes}${more}</div>${ext}`;
-  box.dataset.ownership = L.ownership || "";
-}
-
-// Which derived numbers the placement panel shows, in this order (a view choice; values come from the API).
-const DERIVED_SHOWN = ["n_actor", "dp", "expert_dp", "engines", "idle_rollout_gpus", "total_gpus", "ray_nodes",
-  "ray_gpus_per_node", "samples_per_rollout", "steps_per_rollout", "global_batch_size", "samples_dropped", "expected_staleness"];
-
-function drawDerived(d) {
-  $("#derived").innerHTML = DERIVED_SHOWN.filter((k) => d && k in d)
-    .map((k) => `<div data-derived="${esc(k)}"><dt>${esc(tr("derived_" + k))}</dt><dd>${esc(fmt(d[k]))}</dd></div>`).join("");
-}
-
-function fmt(v) {
-  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(1);
-  if (Array.isArray(v)) return v.map(fmt).join(", ");
-  if (v && typeof v === "object") return JSON.stringify(v);
-  return v == null ? "–" : String(v);
-}
-
-function drawMemory(m) {
-  const box = $("#memory");
-  if (!m) { box.innerHTML = `<p class="note">${esc(tr("memory_none"))}</p>`; return; }
-  const phase = (key, p) => {
-    const rows = Object.entries(p.items_gib || {})
-      .map(([name, gib]) => `<tr><td>${esc(name)}</td><td class="num">${esc(fmt(gib))}</td></tr>`).join("");
-    const fit = p.fits == null ? "" : ` <span class="${p.fits ? "fit-ok" : "fit-bad"}">${esc(tr(p.fits ? "memory_fits" : "memory_over"))}</span>`;
-    return `<table class="mem" data-phase="${key}"><caption>${esc(tr("memory_" + key))}</caption>` +
-      `<thead><tr><th>${esc(tr("memory_item"))}</th><th class="num">${esc(tr("memory_gib"))}</th></tr></thead><tbody>${rows}</tbody>` +
-      `<tfoot><tr><th>${esc(tr("memory_total"))}${fit}</th><td class="num">${esc(fmt(p.total_gib))}</td></tr></tfoot></table>`;
-  };
-  let html = `<p class="note">${esc(tr(m.colocated ? "memory_colocated" : "memory_separate"))}</p>`;
-  html += phase("training", m.training) + phase("rollout", m.rollout);
-  html += `<p>${esc(tr("memory_capacity"))}: <b>${esc(fmt(m.gpu_memory_gib))} GiB</b> · ${esc(tr("memory_total"))}: <b>${esc(fmt(m.peak_gib))} GiB</b></p>`;
-  if (m.host_optimizer_gib_per_gpu) html += `<p>${esc(tr("memory_host", { g: fmt(m.host_optimizer_gib_per_gpu) }))}</p>`;
-  if (m.kv_tokens_per_engine) html += `<p>${esc(tr("memory_kv", { t: m.kv_tokens_per_engine.toLocaleString() }))}</p>`;
-  const excl = m.exclusions || [];
-  if (excl.length) html += `<p class="note"><b>${esc(tr("memory_excluded"))}:</b></p><ul class="note excl">${excl.map((x) => `<li>${esc(x)}</li>`).join("")}</ul>`;
-  box.innerHTML = html;
-}
-
-function drawCommands(c) {
-  if (!c) return;
-  $("#cmd-prepare").textContent = `${c.prepare}\n${c.convert}`;
-  $("#cmd-head").textContent = c.head;
-  $("#cmd-worker-note").textContent = c.workers > 0 ? tr("cmd_worker", { n: c.workers }) : tr("cmd_worker_none");
-  $("#cmd-worker").textContent = c.worker;
-  $("#cmd-worker").hidden = c.workers <= 0;
-  $("#cmd-external").hidden = !c.external;
-  $("#cmd-run").textContent = `${c.check}\n${c.train}`;
-}
-
 function drawFiles(files) {
   for (const btn of $$("[data-download]")) btn.hidden = !(btn.dataset.download in files);
   for (const d of $$("details.preview")) {
@@ -335,27 +243,6 @@ function drawFiles(files) {
     const text = files[name] ?? "";
     if (pre.textContent !== text) pre.textContent = text;
   }
-}
-
-function abValue(v) { return v === undefined ? "–" : fmt(v); }
-
-function drawAB(v) {
-  const hasA = !!v.workspace.a;
-  $("#restore-a").disabled = !hasA;
-  $("#clear-a").disabled = !hasA;
-  const box = $("#ab-diff");
-  if (!hasA) { box.innerHTML = `<p class="note">${esc(tr("ab_empty"))}</p>`; return; }
-  const count = (fs) => ({ e: fs.filter((f) => f.level === "error").length, w: fs.filter((f) => f.level === "warning").length });
-  const a = count(v.a_findings || []), b = count(v.findings || []);
-  let html = `<p>${esc(tr("ab_findings", { e: a.e, w: a.w, be: b.e, bw: b.w }))}</p>`;
-  const diff = v.ab_diff || [];
-  if (!diff.length) html += `<p class="note">${esc(tr("ab_same"))}</p>`;
-  else html += `<table class="ab"><thead><tr><th>${esc(tr("ab_field"))}</th><th>A</th><th>B</th></tr></thead><tbody>` +
-    diff.map((r) => {
-      const path = r.path ?? r.field;
-      return `<tr data-path="${esc(path)}"><td>${esc(fieldLabel(path))} <code>${esc(path)}</code></td><td>${esc(abValue(r.a))}</td><td>${esc(abValue(r.b))}</td></tr>`;
-    }).join("") + `</tbody></table>`;
-  box.innerHTML = html;
 }
 
 function shareURL(link) { return link ? location.origin + location.pathname + link : ""; }
@@ -392,31 +279,11 @@ function drawRecipe(r) {
     (r.notes?.length ? `<ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : "");
 }
 
-function drawServing(exp, d) {
-  const s = exp.serving, p = exp.placement;
-  const parts = [];
-  if (p.ownership === "external") parts.push(`<div class="srv ext">${esc(tr("srv_external"))}</div>`);
-  if (s.pd.enabled) {
-    parts.push(`<div class="srv-row"><div class="srv prefill">${esc(tr("srv_prefill", { n: s.pd.prefill_engines }))}` +
-      (s.hicache.enabled ? `<div class="srv sub">${esc(tr("srv_hicache"))}</div>` : "") +
-      `</div><div class="srv arrow">→ ${esc(tr("srv_kv"))} →</div><div class="srv decode">${esc(tr("srv_decode", { n: s.pd.decode_engines }))}` +
-      (s.eagle.enabled ? `<div class="srv sub">${esc(tr("srv_eagle", { d: s.eagle.draft_tokens }))}</div>` : "") + `</div></div>`);
-  } else {
-    parts.push(`<div class="srv plain">${esc(tr("srv_plain"))} · ${esc(tr("srv_engines", { n: d.engines, e: p.engine_gpus }))}` +
-      (s.hicache.enabled ? `<div class="srv sub">${esc(tr("srv_hicache"))}</div>` : "") +
-      (s.eagle.enabled ? `<div class="srv sub">${esc(tr("srv_eagle", { d: s.eagle.draft_tokens }))}</div>` : "") + `</div>`);
-  }
-  $("#serving-diagram").innerHTML = parts.join("");
-}
-
-function drawDiag(exp, d) {
-  const vals = { tp: exp.resources.tp, pp: exp.resources.pp, ep: exp.resources.ep, cp: exp.resources.cp, zero: d.dp };
-  for (const el of $$("[data-diag-value]")) el.textContent = String(vals[el.dataset.diagValue]);
-}
-
 function entryLabel(e) {
   if (!e) return "";
-  return state.loc?.fields?.[e.label] ? fieldLabel(e.label) : e.label;
+  const known = { "Load JSON": "load_json", "restore A": "restore_a", "reset": "reset" }[e.label];
+  if (known) return tr(known);
+  return ui.loc?.fields?.[e.label] ? fieldLabel(e.label) : e.label;
 }
 
 function drawHistory(ws) {
@@ -425,56 +292,6 @@ function drawHistory(ws) {
   r.disabled = !ws.redo.length;
   u.title = ws.undo.length ? tr("undo_title", { label: entryLabel(ws.undo[ws.undo.length - 1]) }) : "";
   r.title = ws.redo.length ? tr("redo_title", { label: entryLabel(ws.redo[ws.redo.length - 1]) }) : "";
-}
-
-// --- the RL walkthrough ------------------------------------------------------------------------
-
-function drawWalk() {
-  const panel = $("#walk-panel");
-  if (!panel) return;
-  const g = state.grpo;
-  const i = state.walk.stage;
-  for (const b of $$(".walk-stage")) b.setAttribute("aria-current", String(Number(b.dataset.walk) === i + 1));
-  for (const li of $$(".loop li[data-stage]")) li.classList.toggle("active", Number(li.dataset.stage) === i + 1 && $("#walk").open);
-  $("#walk-play").textContent = tr(state.walk.timer ? "walk_pause" : "walk_play");
-  if (!g) { panel.textContent = "…"; return; }
-  const r4 = (x) => (Math.round(x * 100) / 100).toFixed(2);
-  const adv = Math.max(...g.advantages.map(Math.abs));
-  const vars = { n: g.n, mean: g.mean, std: g.std.toFixed(4), std_expr: g.std_expr, adv: "±" + r4(adv), source: g.source };
-  const chips = g.rewards.map((r, k) => {
-    let s = `<span class="chip r${r}"><span>${esc(tr("walk_answer", { i: k + 1 }))}</span>`;
-    if (i >= 2) s += `<span>${esc(tr("walk_reward", { r }))}</span>`;
-    if (i >= 3) s += `<span class="adv">${esc(tr("walk_adv", { a: (g.advantages[k] >= 0 ? "+" : "") + r4(g.advantages[k]) }))}</span>`;
-    return s + `</span>`;
-  }).join("");
-  panel.innerHTML = `<p>${esc(tr("walk_desc" + (i + 1), vars))}</p>` + (i >= 1 && i <= 3 ? `<div class="chips">${chips}</div>` : "");
-}
-
-async function openWalk() {
-  if (!state.grpo) {
-    const r = await fetch("/api/grpo-example");
-    state.grpo = await r.json();
-  }
-  drawWalk();
-}
-
-function walkStep(delta) {
-  state.walk.stage = (state.walk.stage + delta + 5) % 5;
-  drawWalk();
-}
-
-function walkPlay() {
-  if (state.walk.timer) {
-    clearInterval(state.walk.timer);
-    state.walk.timer = null;
-  } else {
-    state.walk.timer = setInterval(() => {
-      if (state.walk.stage >= 4) { clearInterval(state.walk.timer); state.walk.timer = null; drawWalk(); return; }
-      walkStep(1);
-    }, 1600);
-    if (state.walk.stage >= 4) state.walk.stage = 0;
-  }
-  drawWalk();
 }
 
 // --- events ------------------------------------------------------------------------------------
@@ -567,11 +384,25 @@ function bindEvents() {
   $("#copy-share").addEventListener("click", () => copy(state.view?.share_link));
   $("#copy-share-ab").addEventListener("click", () => copy(state.view?.share_link_ab));
   $("#load-json").addEventListener("change", async (ev) => {
-    const file = ev.target.files[0];
-    ev.target.value = "";
+    const input = ev.target;
+    const file = input.files[0];
+    input.value = "";
     if (!file) return;
-    const ok = await send({ type: "load_json", text: await file.text() });
+    const prefix = tr("load_failed", { name: file.name }) + " ";
+    const max = Number(input.dataset.maxBytes || 0);
+    if (max && file.size > max) { // refused before reading: B and its history stay as they are
+      showError(prefix + tr("load_too_large", { size: file.size, max }));
+      setStatus("status_error");
+      return;
+    }
+    const ok = await send({ type: "load_json", text: await file.text() }, prefix);
     if (ok) toast(tr("loaded_json"));
+  });
+  document.addEventListener("click", async (ev) => {
+    const btn = ev.target.closest("[data-apply-repair]");
+    if (!btn) return;
+    const ok = await send({ type: "apply_repair", id: btn.dataset.applyRepair });
+    if (ok) toast(tr("repair_applied"));
   });
   $("#save-a").addEventListener("click", () => send({ type: "save_a" }));
   $("#restore-a").addEventListener("click", () => send({ type: "restore_a" }));
@@ -580,7 +411,7 @@ function bindEvents() {
   $("#walk-prev").addEventListener("click", () => walkStep(-1));
   $("#walk-next").addEventListener("click", () => walkStep(1));
   $("#walk-play").addEventListener("click", walkPlay);
-  for (const b of $$(".walk-stage")) b.addEventListener("click", () => { state.walk.stage = Number(b.dataset.walk) - 1; drawWalk(); });
+  for (const b of $$(".walk-stage")) b.addEventListener("click", () => { walkGoTo(Number(b.dataset.walk) - 1); });
   $("#walk-adopt").addEventListener("click", async () => { if (await send({ type: "adopt_grpo" })) toast(tr("walk_adopted")); });
   // The nav shows where you are.
   const links = new Map($$(".steps a[data-goto]").map((a) => [a.dataset.goto, a]));
@@ -617,7 +448,7 @@ async function init() {
   const first = request(action, stored);
   if (document.readyState === "loading") await new Promise((r) => document.addEventListener("DOMContentLoaded", r, { once: true }));
   bindEvents();
-  state.loc = await locP;
+  ui.loc = await locP;
   if (state.lang !== "en") applyLocale();
   let ok = receive(await first);
   if (ok && action.type === "open_share") toast(tr("share_opened"));

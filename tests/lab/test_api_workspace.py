@@ -13,7 +13,8 @@ from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment
 from lab.recipes import all_recipes
 
 KEYS = {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands", "files",
-        "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change"}
+        "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change",
+        "repairs", "provenance", "image"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 

@@ -1,0 +1,98 @@
+// Drawing of step 2 and step 4 regions from the API's answer: the GPU layout, derived numbers,
+// the memory estimate, run commands, the serving diagram and the parallelism diagrams' values.
+// Pure views: every number comes from POST /api/workspace.
+import { $, $$, esc, fmt, tr } from "./util.js";
+
+export function drawLayout(L) {
+  const box = $("#layout");
+  if (!L) { box.textContent = ""; return; }
+  if (L.cpu_only) { box.innerHTML = `<p class="note">${esc(tr("cpu_only"))}</p>`; return; }
+  const cell = (c, g) => {
+    const [role, eng] = c;
+    const start = eng != null && (g === 0 || cell.prev !== eng);
+    cell.prev = eng;
+    const cls = `cell ${role}` + (eng != null ? ` eng-${eng % 2 ? "odd" : "even"}` : "") + (start ? " eng-start" : "");
+    const title = tr("gpu_title", { g, role: tr("role_" + role) }) + (eng != null ? ` · ${tr("engine", { e: eng })}` : "");
+    return `<span class="${cls}" title="${esc(title)}">${start ? "E" + eng : ""}</span>`;
+  };
+  cell.prev = null;
+  let g = 0;
+  const nodes = L.nodes.map((n, i) =>
+    `<div class="node"><span class="node-label">${esc(tr("node", { i }))}</span><div class="gpus">${n.map((c) => cell(c, g++)).join("")}</div></div>`).join("");
+  const more = L.hidden_nodes ? `<p class="note">${esc(tr("hidden_nodes", { n: L.hidden_nodes }))}</p>` : "";
+  let ext = "";
+  if (L.external && L.external.length) {
+    const engines = L.external.map((size, e) =>
+      `<div class="ext-engine"><span class="node-label">${esc(tr("engine", { e }))}</span><div class="gpus">${
+        Array.from({ length: Math.min(size, 64) }, () => `<span class="cell external"></span>`).join("")}</div></div>`).join("");
+    ext = `<div class="ext-box"><div class="box-title">${esc(tr("external_box"))}</div>${engines}</div>`;
+  }
+  box.innerHTML = `<div class="ray-box"><div class="box-title">${esc(tr("ray_box"))}</div>${nodes}${more}</div>${ext}`;
+  box.dataset.ownership = L.ownership || "";
+}
+
+// Which derived numbers the placement panel shows, in this order (a view choice; values come from the API).
+const DERIVED_SHOWN = ["n_actor", "dp", "expert_dp", "engines", "idle_rollout_gpus", "total_gpus", "ray_nodes",
+  "ray_gpus_per_node", "samples_per_rollout", "steps_per_rollout", "global_batch_size", "samples_dropped", "expected_staleness"];
+
+export function drawDerived(d) {
+  $("#derived").innerHTML = DERIVED_SHOWN.filter((k) => d && k in d)
+    .map((k) => `<div data-derived="${esc(k)}"><dt>${esc(tr("derived_" + k))}</dt><dd>${esc(fmt(d[k]))}</dd></div>`).join("");
+}
+
+
+export function drawMemory(m) {
+  const box = $("#memory");
+  if (!m) { box.innerHTML = `<p class="note">${esc(tr("memory_none"))}</p>`; return; }
+  const phase = (key, p) => {
+    const rows = Object.entries(p.items_gib || {})
+      .map(([name, gib]) => `<tr><td>${esc(name)}</td><td class="num">${esc(fmt(gib))}</td></tr>`).join("");
+    const fit = p.fits == null ? "" : ` <span class="${p.fits ? "fit-ok" : "fit-bad"}">${esc(tr(p.fits ? "memory_fits" : "memory_over"))}</span>`;
+    return `<table class="mem" data-phase="${key}"><caption>${esc(tr("memory_" + key))}</caption>` +
+      `<thead><tr><th>${esc(tr("memory_item"))}</th><th class="num">${esc(tr("memory_gib"))}</th></tr></thead><tbody>${rows}</tbody>` +
+      `<tfoot><tr><th>${esc(tr("memory_total"))}${fit}</th><td class="num">${esc(fmt(p.total_gib))}</td></tr></tfoot></table>`;
+  };
+  let html = `<p class="note">${esc(tr(m.colocated ? "memory_colocated" : "memory_separate"))}</p>`;
+  html += phase("training", m.training) + phase("rollout", m.rollout);
+  html += `<p>${esc(tr("memory_capacity"))}: <b>${esc(fmt(m.gpu_memory_gib))} GiB</b> · ${esc(tr("memory_total"))}: <b>${esc(fmt(m.peak_gib))} GiB</b></p>`;
+  if (m.host_optimizer_gib_per_gpu) html += `<p>${esc(tr("memory_host", { g: fmt(m.host_optimizer_gib_per_gpu) }))}</p>`;
+  if (m.kv_tokens_per_engine) html += `<p>${esc(tr("memory_kv", { t: m.kv_tokens_per_engine.toLocaleString() }))}</p>`;
+  const excl = m.exclusions || [];
+  if (excl.length) html += `<p class="note"><b>${esc(tr("memory_excluded"))}:</b></p><ul class="note excl">${excl.map((x) => `<li>${esc(x)}</li>`).join("")}</ul>`;
+  box.innerHTML = html;
+}
+
+export function drawCommands(c) {
+  if (!c) return;
+  $("#cmd-prepare").textContent = `${c.prepare}\n${c.convert}`;
+  $("#cmd-head").textContent = c.head;
+  $("#cmd-worker-note").textContent = c.workers > 0 ? tr("cmd_worker", { n: c.workers }) : tr("cmd_worker_none");
+  $("#cmd-worker").textContent = c.worker;
+  $("#cmd-worker").hidden = c.workers <= 0;
+  $("#cmd-external").hidden = !c.external;
+  $("#cmd-run").textContent = `${c.check}\n${c.train}`;
+}
+
+
+export function drawServing(exp, d) {
+  const s = exp.serving, p = exp.placement;
+  const parts = [];
+  if (p.ownership === "external") parts.push(`<div class="srv ext">${esc(tr("srv_external"))}</div>`);
+  if (s.pd.enabled) {
+    parts.push(`<div class="srv-row"><div class="srv prefill">${esc(tr("srv_prefill", { n: s.pd.prefill_engines }))}` +
+      (s.hicache.enabled ? `<div class="srv sub">${esc(tr("srv_hicache"))}</div>` : "") +
+      `</div><div class="srv arrow">→ ${esc(tr("srv_kv"))} →</div><div class="srv decode">${esc(tr("srv_decode", { n: s.pd.decode_engines }))}` +
+      (s.eagle.enabled ? `<div class="srv sub">${esc(tr("srv_eagle", { d: s.eagle.draft_tokens }))}</div>` : "") + `</div></div>`);
+  } else {
+    parts.push(`<div class="srv plain">${esc(tr("srv_plain"))} · ${esc(tr("srv_engines", { n: d.engines, e: p.engine_gpus }))}` +
+      (s.hicache.enabled ? `<div class="srv sub">${esc(tr("srv_hicache"))}</div>` : "") +
+      (s.eagle.enabled ? `<div class="srv sub">${esc(tr("srv_eagle", { d: s.eagle.draft_tokens }))}</div>` : "") + `</div>`);
+  }
+  $("#serving-diagram").innerHTML = parts.join("");
+}
+
+export function drawDiag(exp, d) {
+  const vals = { tp: exp.resources.tp, pp: exp.resources.pp, ep: exp.resources.ep, cp: exp.resources.cp, zero: d.dp };
+  for (const el of $$("[data-diag-value]")) el.textContent = String(vals[el.dataset.diagValue]);
+}
+

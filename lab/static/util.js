@@ -1,0 +1,35 @@
+// Shared helpers of the page's modules: DOM lookup, escaping, number formatting and the current
+// locale (set by app.js). No rule lives here.
+
+export const $ = (s, r = document) => r.querySelector(s);
+export const $$ = (s, r = document) => Array.from(r.querySelectorAll(s));
+
+export const ui = { loc: null }; // the current locale file (app.js sets it)
+
+export function tr(key, vars) {
+  let s = ui.loc?.ui?.[key];
+  if (s === undefined) s = key;
+  if (vars) s = s.replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m));
+  return s;
+}
+
+export const fieldLabel = (path) => ui.loc?.fields?.[path]?.label ?? path;
+
+export function esc(s) {
+  return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+}
+
+export function fmt(v) {
+  if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(1);
+  if (Array.isArray(v)) return v.map(fmt).join(", ");
+  if (v && typeof v === "object") return JSON.stringify(v);
+  return v == null ? "–" : String(v);
+}
+
+export function findingHTML(f, withFields) {
+  const fields = withFields
+    ? " " + f.fields.map((p) => `<button type="button" class="linkish" data-focus="${esc(p)}">${esc(fieldLabel(p))}</button>`).join(" ")
+    : "";
+  return `<div class="finding level-${esc(f.level)}"><b>${esc(tr("level_" + f.level))} ${esc(f.id)}</b>${fields} ${esc(f.message)}` +
+    (f.fix ? ` <span class="fix"><b>${esc(tr("fix"))}</b> ${esc(f.fix)}</span>` : "") + `</div>`;
+}

@@ -1,0 +1,111 @@
+"""Repair previews: what each shows before anything is applied, and applying one is ONE undo step."""
+from __future__ import annotations
+
+import pytest
+
+from lab import workspace as W
+from lab.experiment import PRIVATE_FIELDS, set_path
+from lab.recipes import all_recipes, get_recipe
+from lab.repair import apply_repair, propose_repairs
+from lab.rules import ChangeError, apply_change, new_experiment, validate, validated
+
+
+def _exp(recipe: str, **values):
+    data = new_experiment(recipe).model_dump(mode="json")
+    for path, value in values.items():
+        set_path(data, path.replace("__", "."), value)
+    return validated(data)
+
+
+def _by_id(exp):
+    return {r.id: r for r in propose_repairs(exp)}
+
+
+def test_pd_lacking_resources_on_a_shared_pool_grows_it_from_the_recipe_engine_size():
+    exp, _ = apply_change(new_experiment("glm4.7-flash"), "serving.pd.enabled", True)
+    engine = get_recipe("glm4.7-flash").rollout.engine_gpus
+    r = _by_id(exp)["SGL-4:pd_grow_shared"]
+    assert r.fixes == "SGL-4" and r.finding.id == "SGL-4"
+    assert r.values == {"placement.nodes": 2, "serving.pd.prefill_engines": 1, "serving.pd.decode_engines": 1}
+    # the field changes (dependents included, with reasons) and the allocation after it
+    changed = {c.path: (c.old, c.new) for c in r.changes}
+    assert changed["placement.nodes"] == (1, 2) and changed["placement.train_gpus"] == (8, 16)
+    assert all(c.reason for c in r.changes if c.path != "placement.nodes")
+    assert r.allocation["engines"] == 2 and r.allocation["engine_gpus"] == engine
+    assert r.allocation["prefill_gpus"] == engine and r.allocation["decode_gpus"] == engine
+    assert r.allocation["total_gpus"] == 16 and r.derived.total_gpus == 16
+    # RDMA devices are required, never proposed; SGL-4 is gone, SGL-5 (the devices) remains
+    assert [q.key for q in r.requires] == ["rdma_devices", "mooncake"]
+    assert [f.id for f in r.remaining] == ["SGL-5"]
+    assert exp == apply_change(new_experiment("glm4.7-flash"), "serving.pd.enabled", True)[0]  # nothing applied
+
+
+@pytest.mark.parametrize("recipe", [n for n in all_recipes() if n != "tiny-cpu"])
+def test_every_pd_repair_fixes_its_finding_and_invents_no_machine_field(recipe):
+    for decode in (1, 3):
+        exp = _exp(recipe, serving__pd__enabled=True, serving__pd__decode_engines=decode)
+        for r in propose_repairs(exp):
+            assert not PRIVATE_FIELDS & set(r.values), r.id
+            after = W.edit_many(W.Workspace(b=exp), r.values, r.title).b
+            assert r.finding not in validate(after), r.id
+            if r.fixes == "SGL-4":
+                assert after.serving.pd.rdma_devices == [] and any(q.key == "rdma_devices" for q in r.requires)
+
+
+def test_parallelism_that_does_not_divide_the_gpus_offers_the_recipe_layout_or_a_tiled_pool():
+    flash, _ = apply_change(new_experiment("glm4.7-flash"), "resources.tp", 8)
+    rs = _by_id(flash)
+    assert rs["PAR-1:par_recipe"].values == {"resources.tp": 2} and rs["PAR-1:par_recipe"].remaining == []
+    nine, _ = apply_change(new_experiment("glm4-9b"), "placement.train_gpus", 3)
+    pool = _by_id(nine)["PAR-1:par_pool"]
+    unit = get_recipe("glm4-9b").parallel
+    assert pool.values == {"placement.train_gpus": unit.tp * unit.pp * unit.cp}
+    assert pool.allocation["dp"] == 1 and not [f for f in pool.remaining if f.id == "PAR-1"]
+
+
+def test_async_on_a_shared_pool_offers_separate_pools_sized_from_the_recipe_or_sync():
+    data = new_experiment("glm4.7-flash").model_dump(mode="json")
+    data["placement"]["scheduling"] = "async"
+    exp = validated(data)
+    rs = _by_id(exp)
+    split = rs["COL-1:col_split"]
+    assert split.values == {"placement.ownership": "disaggregated"}
+    engine = get_recipe("glm4.7-flash").rollout.engine_gpus
+    assert split.allocation["rollout_gpus"] % engine == 0 and split.allocation["rollout_gpus"] >= engine
+    assert split.allocation["dp"] >= 1 and not [f for f in split.remaining if f.id == "COL-1"]
+    assert rs["COL-1:col_sync"].values == {"placement.scheduling": "sync"}
+
+
+def test_staleness_from_several_steps_per_rollout_is_repaired_with_one_step_and_tis():
+    exp, _ = apply_change(new_experiment("glm4-9b"), "placement.scheduling", "async")
+    exp, _ = apply_change(exp, "task.num_steps_per_rollout", 2)
+    r = _by_id(exp)["LAB-ASY-STEPS:async_one_step_tis"]
+    assert r.values == {"task.num_steps_per_rollout": 1, "corrections.tis": True}
+    assert "LAB-ASY-STEPS" not in {f.id for f in validate(W.edit_many(W.Workspace(b=exp), r.values, r.title).b)}
+
+
+def test_apply_repair_is_one_undo_step_and_a_stays_fixed():
+    exp, _ = apply_change(new_experiment("glm4.7-flash"), "serving.pd.enabled", True)
+    ws = W.save_a(W.Workspace(b=exp))
+    a = ws.a
+    applied = apply_repair(ws, "SGL-4:pd_grow_shared")
+    assert len(applied.undo) == 1 and applied.b.placement.nodes == 2 and applied.a == a
+    assert {c.path for c in applied.undo[-1].changes} >= {"placement.nodes", "placement.train_gpus", "placement.rollout_gpus"}
+    back = W.undo(applied)
+    assert back.b == exp and back.a == a
+    assert W.redo(back).b == applied.b
+
+
+def test_a_stale_repair_id_is_refused_and_changes_nothing():
+    ws = W.Workspace(b=new_experiment("glm4-9b"))
+    before = ws.model_dump()
+    with pytest.raises(ChangeError) as err:
+        apply_repair(ws, "SGL-4:pd_split")
+    assert err.value.field == "action.id" and "does not apply" in err.value.message
+    assert ws.model_dump() == before
+
+
+def test_repair_ids_are_unique_and_stable():
+    exp = _exp("glm4-9b", placement__scheduling="async", task__num_steps_per_rollout=2, task__n_samples_per_prompt=1)
+    ids = [r.id for r in propose_repairs(exp)]
+    assert len(ids) == len(set(ids)) and ids == [r.id for r in propose_repairs(exp)]
