@@ -27,6 +27,7 @@ A sample is any object with ``.response``, ``.label`` and ``.metadata`` attribut
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import importlib
 import importlib.util
@@ -308,16 +309,21 @@ def call_reward_hook(
     index: Any = None,
 ) -> float | list[float]:
     """Synchronous :func:`acall_reward_hook`: sync hooks are called directly, async hooks run
-    on a fresh event loop (from inside a running loop, ``await acall_reward_hook`` instead).
+    on a fresh event loop (inside a running loop, on a worker thread's loop; there
+    ``await acall_reward_hook`` is cheaper).
     """
     kind, call = _prepare(fn, sample_or_samples, args)
     index = _sample_index(sample_or_samples, index)
     if _is_async(fn):
+        coro = acall_reward_hook(fn, sample_or_samples, reward_key=reward_key, args=args, index=index)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(acall_reward_hook(fn, sample_or_samples, reward_key=reward_key, args=args, index=index))
-        raise RuntimeError("call_reward_hook got an async hook inside a running event loop; use 'await acall_reward_hook(...)'")
+            return asyncio.run(coro)
+        # A loop already runs in this thread (a notebook, an async framework): blocking it would
+        # deadlock, so the hook gets its own loop in a worker thread.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(asyncio.run, coro).result()
     try:
         raw = call()
         if inspect.isawaitable(raw):  # a sync wrapper returning a coroutine

@@ -49,7 +49,9 @@ def lab_url() -> Iterator[str]:
     thread.join(timeout=5)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: sync_playwright keeps an asyncio loop marked as running in the main
+# thread while it is open, which would break every later test that calls asyncio.run().
+@pytest.fixture(scope="module")
 def chromium():
     if not shutil.which(CHROMIUM) and not os.path.exists(CHROMIUM):
         pytest.skip(f"Chromium not found at {CHROMIUM}")

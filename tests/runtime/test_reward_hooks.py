@@ -71,15 +71,15 @@ def test_group_reward_with_wrong_length_names_the_group() -> None:
         call_reward_hook(fn, [FakeSample("a", "a", index=4), FakeSample("b", "a", index=5)])
 
 
-def test_async_hook_can_be_awaited_inside_a_running_loop() -> None:
+def test_async_hook_works_inside_a_running_loop_awaited_or_called() -> None:
     fn = load_function(f"{DOTTED}.async_reward", kind="reward")
 
-    async def main() -> float:
-        with pytest.raises(RuntimeError, match="acall_reward_hook"):
-            call_reward_hook(fn, FakeSample("a", "a"))
-        return await acall_reward_hook(fn, FakeSample("a", "a"))
+    async def main() -> tuple[float, float]:
+        called = call_reward_hook(fn, FakeSample("a", "a"))  # must not deadlock the running loop
+        awaited = await acall_reward_hook(fn, FakeSample("a", "a"))
+        return called, awaited
 
-    assert asyncio.run(main()) == 1.0
+    assert asyncio.run(main()) == (1.0, 1.0)
 
 
 def test_missing_module_names_kind_and_path() -> None:
