@@ -72,6 +72,12 @@ class PrecisionSupport(_Strict):
     fp8_training: Support = "experimental"
 
 
+class EvalDefaults(_Strict):
+    name: str = Field(description="Eval data set name, logged as eval/<name>.")
+    interval: int = Field(description="Rollouts between evaluations.")
+    n_samples: int = Field(1, description="Samples per eval prompt.")
+
+
 class Backends(_Strict):
     train: Literal["megatron", "embedded"] = "megatron"
     rollout: Literal["sglang", "embedded"] = "sglang"
@@ -101,6 +107,14 @@ class Recipe(_Strict):
     extra_dependencies: list[str] = Field(default_factory=list)
     precision: PrecisionSupport = PrecisionSupport()
     backends: Backends = Backends()
+    num_rollout: int = Field(3, description="Rollouts of the generated run: 3 is a correctness run, not a capability claim.")
+    save_interval: int = Field(20, description="Rollouts between checkpoints.")
+    evaluation: EvalDefaults | None = Field(
+        None, description="Held-out evaluation the recipe turns on by default (its data set comes with prepare).")
+    default_paths: dict[str, str] = Field(
+        default_factory=dict,
+        description="Default values of private path fields (field path -> value); relative paths are relative to "
+                    "the slime checkout. A path the user has edited is never replaced.")
     train_args: list[str] = Field(
         default_factory=list, description="Extra runtime flags this recipe always passes (the tiny CPU recipe's tuned flags).")
     notes: list[str] = Field(default_factory=list, description="What the user should know (architecture reuse, validation scope).")
@@ -125,6 +139,11 @@ def load_recipe_file(path: Path) -> Recipe:
         recipe = Recipe.model_validate(data)
     except Exception as exc:  # pydantic's message already names the field
         raise RecipeError(f"{path}: {exc}") from exc
+    from lab.experiment import PRIVATE_FIELDS  # late: experiment.py must not depend on recipes
+
+    not_private = sorted(set(recipe.default_paths) - PRIVATE_FIELDS)
+    if not_private:
+        raise RecipeError(f"{path}: default_paths may only name private path fields, not {not_private}")
     if recipe.name != path.stem:
         raise RecipeError(f"{path}: name {recipe.name!r} must equal the file name {path.stem!r}")
     return recipe

@@ -194,6 +194,18 @@ def _recipe_values(recipe: Recipe, data: dict[str, Any]) -> list[tuple[str, Any,
          "A hybrid model keeps a recurrent (GDN) state that needs its own dtype; float32 is the safe default."
          if kind_dtype else f"{recipe.display_name} has no recurrent state."),
     ]
+    vals += [
+        ("task.num_rollout", recipe.num_rollout, f"Run length {why} ({recipe.num_rollout} rollouts)."),
+        ("paths.save_interval", recipe.save_interval, f"Checkpoint interval {why}."),
+    ]
+    if recipe.evaluation is not None:
+        ev = recipe.evaluation
+        vals += [
+            ("evaluation.enabled", True, f"Held-out evaluation {why} ({ev.name})."),
+            ("evaluation.name", ev.name, f"Held-out evaluation {why} ({ev.name})."),
+            ("evaluation.interval", ev.interval, f"Held-out evaluation {why} ({ev.name})."),
+            ("evaluation.n_samples", ev.n_samples, f"Held-out evaluation {why} ({ev.name})."),
+        ]
     if recipe.rm_type is not None:
         vals.append(("task.rm_type", recipe.rm_type, f"Reward {why} (the model's answers are graded with {recipe.rm_type})."))
     if eagle is not None:
@@ -206,12 +218,28 @@ def _recipe_values(recipe: Recipe, data: dict[str, Any]) -> list[tuple[str, Any,
     return vals
 
 
+def _default_paths(old_recipe: Recipe | None, recipe: Recipe, old: Experiment) -> list[tuple[str, Any, str]]:
+    """Private paths that still hold the previous recipe's default follow the new recipe's default.
+
+    A path the user edited is never replaced: paths belong to the user, not to the model.
+    """
+    old_data = old.model_dump(mode="json")
+    out: list[tuple[str, Any, str]] = []
+    for path in sorted(set(recipe.default_paths) | set(old_recipe.default_paths if old_recipe else {})):
+        field_default = _FIELD_INFO[path].get_default(call_default_factory=True)
+        was = (old_recipe.default_paths.get(path, field_default) if old_recipe else field_default)
+        new = recipe.default_paths.get(path, field_default)
+        if get_path(old_data, path) == was and new != was:
+            out.append((path, new, f"Default path of the {recipe.display_name} recipe (you had not edited it)."))
+    return out
+
+
 def _dependents(path: str, value: Any, data: dict[str, Any], old: Experiment) -> list[tuple[str, Any, str]]:
     """Fields that change together with `path`, as (path, value, reason), applied in order."""
     p = data["placement"]
     if path == "model.recipe":
         recipe = get_recipe(value)
-        deps = _recipe_values(recipe, data)
+        deps = _recipe_values(recipe, data) + _default_paths(_safe_recipe(old.model.recipe), recipe, old)
         for dep_path, dep_value, _ in deps:
             set_path(data, dep_path, dep_value)
         if p["scheduling"] == "async" and p["ownership"] == "colocated":

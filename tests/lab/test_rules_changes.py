@@ -5,6 +5,7 @@ import pytest
 
 from lab.experiment import PRIVATE_FIELDS, Experiment
 from lab.recipes import all_recipes
+from lab.recipes import get_recipe
 from lab.rules import ChangeError, apply_change, derive, new_experiment, validate
 
 RECIPES = list(all_recipes())
@@ -48,8 +49,21 @@ def test_model_change_is_one_step_with_reasons_and_keeps_private_paths(name):
     new, changes = apply_change(base, "model.recipe", name)
     assert changes[0].path == "model.recipe" and changes[0].reason is None
     assert all(c.reason for c in changes[1:]) and len(changes) > 3
-    assert not any(c.path in PRIVATE_FIELDS for c in changes)
+    # Only paths still at the old recipe's default may follow the new recipe's default.
+    defaults = get_recipe(name).default_paths
+    assert all(c.path in defaults for c in changes if c.path in PRIVATE_FIELDS)
     assert new.paths.save == "/mine/ckpt"
+
+
+def test_untouched_default_paths_follow_the_model_and_come_back():
+    tiny, _ = apply_change(new_experiment("glm4-9b"), "model.recipe", "tiny-cpu")
+    assert tiny.paths.hf_checkpoint == "runs/tiny-cpu/model"
+    assert tiny.evaluation.enabled and tiny.evaluation.data_path == "runs/tiny-cpu/data/eval.jsonl"
+    back, _ = apply_change(tiny, "model.recipe", "glm4-9b")
+    assert back.paths == new_experiment("glm4-9b").paths
+    mine, _ = apply_change(tiny, "paths.hf_checkpoint", "/home/me/tiny")
+    again, _ = apply_change(mine, "model.recipe", "glm4-9b")
+    assert again.paths.hf_checkpoint == "/home/me/tiny"
 
 
 def test_apply_change_never_modifies_its_input():
