@@ -14,7 +14,7 @@ import difflib
 import json
 from typing import Any, Sequence
 
-from slime.config import (BatchConfig, ClusterConfig, Config, DataConfig, EvalConfig, LogConfig,
+from slime.config import (BatchConfig, ClusterConfig, Config, DataConfig, EvalConfig, FaultConfig, LogConfig,
                           LossConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig,
                           SamplingConfig, SyncConfig)
 from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
@@ -73,7 +73,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPUs per placement bundle when Ray has no GPUs (fractions let pools share 2 cores)")
     g.add_argument("--train-backend", choices=["embedded", "megatron"], default="embedded")
     g.add_argument("--rollout-backend", choices=["embedded", "sglang"], default="embedded")
-    g.add_argument("--rollout-external-engine-addrs", nargs="+", default=None)
+    g.add_argument("--rollout-external-engine-addrs", nargs="+", default=None,
+                   help="host:port of engines another deployment owns (checked before start; no GPUs reserved)")
+    g.add_argument("--sglang-config", default=None, help="sglang.yaml: server groups regular/prefill/decode")
+    g.add_argument("--prefill-num-servers", type=int, default=None, help="PD: engines of the prefill group")
+    g.add_argument("--router-policy", choices=["least_load", "round_robin"], default="least_load",
+                   help="requests with an X-SMG-Routing-Key header always use consistent hashing")
+    _bool(g, "--use-fault-tolerance", "health-check engines; restart, re-sync and re-register dead ones")
+    g.add_argument("--rollout-health-check-interval", type=float, default=30.0)
+    g.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
+    g.add_argument("--rollout-health-check-first-wait", type=float, default=0.0)
 
     g = ap.add_argument_group("model and checkpoints")
     g.add_argument("--hf-checkpoint", default=None)
@@ -148,8 +157,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = ap.add_argument_group("weight sync")
     g.add_argument("--update-weight-mode", choices=["full", "delta"], default="full")
-    g.add_argument("--update-weight-transport", choices=["nccl", "disk", "tensor", "http"], default=None,
-                   help="default: tensor (object-store hand-off) when colocated, else disk on CPU / nccl on GPU")
+    g.add_argument("--update-weight-transport", choices=["nccl", "gloo", "disk", "tensor", "http"], default=None,
+                   help="default: tensor (object-store hand-off) when colocated, else disk. nccl: broadcast from "
+                        "trainer rank 0 (gloo where there is no GPU); gloo forces gloo")
+    g.add_argument("--weight-sync-check-tol", type=float, default=1e-4,
+                   help="after each sync every engine's log-probs must match the trainer's within this; <= 0: off")
     g.add_argument("--update-weight-disk-dir", default=None)
     g.add_argument("--update-weight-buffer-size", type=int, default=512 * 1024**2)
     g.add_argument("--update-weights-interval", type=int, default=1)
@@ -178,7 +190,7 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], 
     rest: list[str] = []
     megatron: dict[str, Any] = {}
     sglang: dict[str, Any] = {}
-    own = {"--sglang-server-concurrency"}
+    own = {"--sglang-server-concurrency", "--sglang-config"}
     i = 0
     argv = list(argv)
     while i < len(argv):
@@ -256,7 +268,8 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.actor_num_nodes, ns.actor_num_gpus_per_node, ns.rollout_num_gpus,
             ns.rollout_num_gpus_per_engine, ns.num_gpus_per_node, colocate,
             ns.offload or ns.offload_train or colocate, ns.offload or ns.offload_rollout or colocate,
-            ns.cpus_per_bundle, ns.train_backend, ns.rollout_backend),
+            ns.cpus_per_bundle, ns.train_backend, ns.rollout_backend, False,
+            ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers, ns.router_policy),
         data=DataConfig(ns.prompt_data, ns.input_key, ns.label_key, ns.metadata_key,
                         ns.apply_chat_template, ns.apply_chat_template_kwargs, ns.rollout_shuffle,
                         ns.rollout_seed, ns.rollout_max_prompt_len),
@@ -277,10 +290,13 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
         batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
                           ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
-                        ns.update_weight_buffer_size, ns.update_weights_interval),
+                        ns.update_weight_buffer_size, ns.update_weights_interval,
+                        ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None),
         eval=EvalConfig(ns.eval_interval, _eval_pairs(ns.eval_prompt_data),
                         ns.n_samples_per_eval_prompt, eval_sampling, ns.skip_eval_before_train),
         log=LogConfig(ns.output_dir, ns.use_tensorboard, ns.use_wandb, ns.save_debug_rollout_data),
+        fault=FaultConfig(ns.use_fault_tolerance, ns.rollout_health_check_interval,
+                          ns.rollout_health_check_timeout, ns.rollout_health_check_first_wait),
         megatron=megatron,
         sglang=sglang,
         async_mode=async_mode,
@@ -364,6 +380,23 @@ def validate(cfg: Config) -> list[str]:
     if cfg.async_mode and cfg.cluster.colocate:
         e.append("train_async.py keeps generation in flight while training, which needs separate pools: "
                  "drop --colocate (or use train.py)")
+    c = cfg.cluster
+    if c.external:
+        if c.colocate:
+            e.append("--rollout-external-engine-addrs with --colocate: external engines run on GPUs slime does "
+                     "not own, so nothing can be colocated with them")
+        if c.sglang_config or c.prefill_num_servers:
+            e.append("--rollout-external-engine-addrs with --sglang-config / --prefill-num-servers: the external "
+                     "deployment owns the engines' layout (SGL-4)")
+        if cfg.sync.transport == "tensor":
+            e.append("--update-weight-transport tensor with external engines: use disk, http or nccl")
+    if c.sglang_config and c.prefill_num_servers:
+        e.append("--sglang-config with --prefill-num-servers: describe PD in the config only (SGL-4)")
+    if c.sglang_config and not Path(c.sglang_config).exists():
+        e.append(f"--sglang-config: file not found: {c.sglang_config}")
+    f = cfg.fault
+    if f.use_fault_tolerance and (f.health_check_interval <= 0 or f.health_check_timeout <= 0):
+        e.append("--rollout-health-check-interval and --rollout-health-check-timeout must be > 0")
     if cfg.log.use_wandb:
         e.append("--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl")
     e.extend(backend_capability_errors(cfg))

@@ -23,6 +23,14 @@ class ClusterConfig:
     train_backend: str = "embedded"
     rollout_backend: str = "embedded"
     use_gpu: bool = False  # decided at start-up from the Ray cluster's resources
+    external_engine_addrs: list[str] | None = None  # engines another deployment owns: no rollout pool
+    sglang_config: str | None = None  # sglang.yaml: server groups (regular / prefill / decode)
+    prefill_num_servers: int | None = None
+    router_policy: str = "least_load"
+
+    @property
+    def external(self) -> bool:
+        return bool(self.external_engine_addrs)
 
     @property
     def num_trainer_ranks(self) -> int:
@@ -34,6 +42,8 @@ class ClusterConfig:
 
     @property
     def num_engines(self) -> int:
+        if self.external_engine_addrs:
+            return len(self.external_engine_addrs)
         return max(1, self.num_rollout_units // self.rollout_num_gpus_per_engine)
 
 
@@ -137,6 +147,15 @@ class SyncConfig:
     disk_dir: str | None = None
     buffer_size: int = 512 * 1024**2
     interval: int = 1
+    check_tol: float | None = 1e-4  # post-sync engine-vs-trainer log-prob check; None: off
+
+
+@dataclass
+class FaultConfig:
+    use_fault_tolerance: bool = False
+    health_check_interval: float = 30.0
+    health_check_timeout: float = 30.0
+    health_check_first_wait: float = 0.0
 
 
 @dataclass
@@ -169,6 +188,7 @@ class Config:
     sync: SyncConfig
     eval: EvalConfig
     log: LogConfig
+    fault: FaultConfig = field(default_factory=FaultConfig)
     megatron: dict[str, Any] = field(default_factory=dict)  # pass-through, for slime/backends/megatron
     sglang: dict[str, Any] = field(default_factory=dict)  # pass-through, for the sglang launcher
     async_mode: bool = False

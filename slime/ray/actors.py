@@ -34,6 +34,10 @@ class EngineActor:
     def get_url(self) -> str:
         return self.url
 
+    def set_step_delay(self, seconds: float) -> None:
+        """Tests and benchmarks: sleep this long per decoding step (to act mid-request)."""
+        self.core.step_delay_s = float(seconds)
+
     def stage_bucket(self, key: str, payload: bytes) -> None:
         """Out-of-band half of load_format "ray_staged" (the payload came through the object store)."""
         self.server.staging.put(key, payload)
@@ -107,6 +111,39 @@ class TrainerActor:
 
         return [encode_bucket(b) for b in bucketize(self.trainer.named_weights(), buffer_size)]
 
+    # -- distributed weight update (rank 0 broadcasts; slime/sync/dist_group.py) -------------------
+    def init_weight_group(self, master: tuple[str, int], world_size: int, group_name: str, backend: str) -> None:
+        """Joins as rank 0 and returns once every engine has joined (they are posted concurrently)."""
+        from slime.sync.dist_group import WeightGroup
+
+        self._groups = getattr(self, "_groups", {})
+        old = self._groups.pop(group_name, None)
+        if old is not None:
+            old.destroy()
+        self._groups[group_name] = WeightGroup(master[0], master[1], 0, world_size, group_name, backend)
+
+    def destroy_weight_group(self, group_name: str) -> None:
+        g = getattr(self, "_groups", {}).pop(group_name, None)
+        if g is not None:
+            g.destroy()
+
+    def prepare_broadcast(self, buffer_size: int) -> list[tuple[list[str], list[str], list[list[int]]]]:
+        """Snapshot the weights in buckets; (names, dtypes, shapes) per bucket for the requests."""
+        from slime.backends.embedded.weights import bucketize
+        from slime.sync.dist_group import dtype_name
+
+        self._bcast = bucketize(self.trainer.named_weights(), buffer_size)
+        return [(list(b), [dtype_name(t.dtype) for t in b.values()], [list(t.shape) for t in b.values()])
+                for b in self._bcast]
+
+    def broadcast_bucket(self, group_name: str, index: int) -> None:
+        g = self._groups[group_name]
+        for t in self._bcast[index].values():
+            g.broadcast(t.to(g.device))
+
+    def finish_broadcast(self) -> None:
+        self._bcast = None
+
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         from slime.checkpoint import encode_rng, save_checkpoint
 
@@ -119,3 +156,21 @@ class TrainerActor:
 
 
 RolloutManagerActor = ray.remote(num_cpus=0)(RolloutManager)
+
+
+@ray.remote(num_cpus=0)
+class RouterActor:
+    """Our router (slime/rollout/router.py) served over HTTP from its own process."""
+
+    def __init__(self, concurrency: int, policy: str, retry_timeout: float = 600.0):
+        from slime.rollout.router import RouterServer
+
+        host = ray.util.get_node_ip_address()
+        self.server = RouterServer(host=host, concurrency=concurrency, policy=policy, retry_timeout=retry_timeout)
+        self.url = self.server.start()
+
+    def get_url(self) -> str:
+        return self.url
+
+    def shutdown(self) -> None:
+        self.server.stop()

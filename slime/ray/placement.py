@@ -4,7 +4,10 @@ GPU bundles ({"GPU": 1, "CPU": c}) where the cluster has GPUs; CPU bundles ({"CP
 with c = --cpus-per-bundle (fractions let 2 trainer ranks and an engine share a 2-core machine).
 Colocated: one pool; each bundle hosts a trainer rank and an engine, which take turns (the
 engine releases its memory while the trainer works, the trainer offloads while engines sample).
-Disaggregated: two pools, each actor owns its bundle.
+Disaggregated: two pools, each actor owns its bundle. An engine of E GPUs gets one bundle of E
+GPUs (so its GPUs are whole on one node); an engine wider than a node gets ceil(E / per-node)
+bundles of --num-gpus-per-node GPUs, one actor per node rank (engine_bundles()).
+External engines (--rollout-external-engine-addrs): no rollout pool at all.
 
 plan_pools() is pure (tested without Ray); create_pools() asks Ray and fails with the arithmetic
 instead of hanging when the cluster is too small (RES-2).
@@ -55,11 +58,22 @@ def plan_pools(c: ClusterConfig) -> tuple[PoolPlan, PoolPlan]:
         return PoolPlan("colocated", bundles, share), PoolPlan("colocated", bundles, share)
     train = PoolPlan("train", [_bundle(cpus, c.use_gpu) for _ in range(c.num_trainer_ranks)],
                      _bundle(cpus, c.use_gpu))
-    units = c.num_engines * c.rollout_num_gpus_per_engine
-    rollout = PoolPlan("rollout", [_bundle(cpus, c.use_gpu) for _ in range(units)],
-                       {k: v * (1 if k == "CPU" else c.rollout_num_gpus_per_engine)
-                        for k, v in _bundle(cpus, c.use_gpu).items()})
+    if c.external:
+        return train, PoolPlan("rollout", [], {})
+    e = c.rollout_num_gpus_per_engine
+    per_bundle = min(e, c.num_gpus_per_node) if c.use_gpu else 1
+    nodes = -(-e // per_bundle) if c.use_gpu else 1
+    bundle = {"CPU": cpus, "GPU": float(per_bundle)} if c.use_gpu else {"CPU": cpus}
+    rollout = PoolPlan("rollout", [dict(bundle) for _ in range(c.num_engines * nodes)], dict(bundle))
     return train, rollout
+
+
+def engine_bundles(c: ClusterConfig, engine: int) -> list[int]:
+    """Bundle indices (one per node rank) of engine `engine` in the disaggregated rollout pool."""
+    if not c.use_gpu or c.colocate:
+        return [engine]
+    nodes = -(-c.rollout_num_gpus_per_engine // min(c.rollout_num_gpus_per_engine, c.num_gpus_per_node))
+    return list(range(engine * nodes, (engine + 1) * nodes))
 
 
 def total_request(plans: tuple[PoolPlan, PoolPlan]) -> dict[str, float]:
@@ -90,10 +104,12 @@ def create_pools(c: ClusterConfig, timeout_s: float = 60.0) -> tuple[Pool, Pool]
     pools = [Pool(train_plan, train_pg)]
     if rollout_plan.bundles is train_plan.bundles:
         pools.append(Pool(rollout_plan, train_pg))
+    elif not rollout_plan.bundles:
+        pools.append(Pool(rollout_plan, None))
     else:
         pools.append(Pool(rollout_plan, placement_group(rollout_plan.bundles, strategy="PACK",
                                                         name="slime-rollout")))
-    for p in {id(p.pg): p for p in pools}.values():
+    for p in {id(p.pg): p for p in pools if p.pg is not None}.values():
         ready, _ = ray.wait([p.pg.ready()], timeout=timeout_s)
         if not ready:
             raise RuntimeError(f"placement group {p.plan.name} ({p.plan.bundles}) not ready after {timeout_s} s: "

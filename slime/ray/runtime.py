@@ -58,12 +58,37 @@ def preflight(cfg: Config) -> dict[str, Any]:
                     state = ckpt.state
             except CheckpointError as e:
                 problems.append(str(e))
+    if not problems and cfg.cluster.external:
+        from slime.rollout.engines.external import check_external_engines
+        from slime.sync.weight_sync import default_transport
+
+        problems.extend(check_external_engines(cfg.cluster.external_engine_addrs, cfg.model.hf_checkpoint,
+                                               default_transport(cfg.sync, cfg.cluster.colocate)))
+    if not problems and cfg.cluster.rollout_backend == "sglang" and not cfg.cluster.external:
+        from slime.rollout.engines.sglang import TranslationError
+
+        try:
+            engine_specs(cfg)
+        except TranslationError as e:
+            problems.append(str(e))
     if problems:
         raise PreflightError(problems)
     ignored = ignored_sglang_flags(cfg)
     if ignored:
         print(f"[slime] note: the embedded engine ignores {', '.join(ignored)}", flush=True)
     return state
+
+
+def engine_specs(cfg: Config):
+    """SGLang engines of this run (translation of --sglang-config / --sglang-* flags)."""
+    from slime.rollout.engines.sglang import default_groups, load_server_groups, plan_engines
+
+    c = cfg.cluster
+    groups = (load_server_groups(c.sglang_config, cfg.model.hf_checkpoint) if c.sglang_config else
+              default_groups(c.num_rollout_units, c.rollout_num_gpus_per_engine, c.prefill_num_servers))
+    groups = [g for g in groups if g.update_weights] or groups  # the policy's engines
+    return plan_engines(groups, cfg.sglang, server_concurrency=cfg.rollout.server_concurrency,
+                        rollout_gpus=c.num_rollout_units)
 
 
 def total_rollouts(cfg: Config) -> int:
@@ -78,7 +103,7 @@ def total_rollouts(cfg: Config) -> int:
 class Runtime:
     cfg: Config
     trainers: list
-    engines: list
+    engines: list  # EngineHandle per engine (shared with self.sync; replaced on restart)
     manager: Any
     sync: Any
     start_rollout_id: int
@@ -86,45 +111,130 @@ class Runtime:
     version: int
     steps_per_rollout: int
     pgs: list = field(default_factory=list)
+    router: Any = None  # RouterActor
+    router_url: str = ""
+    rollout_pool: Any = None
+    monitor: Any = None
+    specs: list = field(default_factory=list)  # SGLang engine specs (rollout backend sglang)
+    train_pending: bool = False  # trained weights not yet synced: a restarted engine waits for the sync
+    unregistered: set = field(default_factory=set)
 
     @classmethod
     def start(cls, cfg: Config) -> "Runtime":
         import ray
 
         from slime.args import steps_per_rollout
-        from slime.ray.actors import EngineActor, RolloutManagerActor, TrainerActor
+        from slime.ray.actors import RolloutManagerActor, RouterActor, TrainerActor
         from slime.ray.placement import create_pools
-        from slime.sync.weight_sync import WeightSync
+        from slime.rollout.client import RouterAdmin
+        from slime.rollout.engines.external import normalize_addr
+        from slime.sync.weight_sync import EngineHandle, WeightSync
 
         state = preflight(cfg)  # nothing is reserved before this passes
         if not ray.is_initialized():
             ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True)
-        cfg.cluster.use_gpu = ray.cluster_resources().get("GPU", 0) > 0
-        train_pool, rollout_pool = create_pools(cfg.cluster)
-        n = cfg.cluster.num_trainer_ranks
+        c = cfg.cluster
+        c.use_gpu = ray.cluster_resources().get("GPU", 0) > 0
+        train_pool, rollout_pool = create_pools(c)
+        n = c.num_trainer_ranks
         trainers = [TrainerActor.options(**train_pool.options(i)).remote(i, n) for i in range(n)]
         master = ray.get(trainers[0].master_address.remote())
         weights_from = cfg.model.load or cfg.model.ref_load
         init = [t.init.remote(master, cfg.model.hf_checkpoint, weights_from, cfg.model.ref_load,
                               cfg.optim, cfg.loss, cfg.batch, cfg.run.seed, cfg.model.load) for t in trainers]
-        engines = [EngineActor.options(**rollout_pool.options(j)).remote(cfg.model.hf_checkpoint, cfg.rollout.seed + j,
-                                                                       1, cfg.sglang)
-                   for j in range(cfg.cluster.num_engines)]
-        urls = ray.get([e.get_url.remote() for e in engines])
+        sglang = c.rollout_backend == "sglang" and not c.external
+        router = RouterActor.remote(cfg.rollout.server_concurrency, c.router_policy)
+        rt = cls(cfg, trainers, [], None, None, int(state.get("next_rollout_id", 0)), total_rollouts(cfg),
+                 int(state.get("weight_version", 0)), steps_per_rollout(cfg),
+                 [p.pg for p in {id(p.pg): p for p in (train_pool, rollout_pool)}.values() if p.pg is not None],
+                 router, "", rollout_pool, None, engine_specs(cfg) if sglang else [])
+        rt.router_url = ray.get(router.get_url.remote())
+        if c.external:
+            rt.engines = [EngineHandle(normalize_addr(a)) for a in c.external_engine_addrs]
+        else:
+            rt.engines = [rt._start_engine(j, wait=False) for j in range(len(rt.specs) or c.num_engines)]
+        for h in rt.engines:
+            h.client.wait_healthy(timeout=600.0)
         ray.get(init)
-        manager = RolloutManagerActor.options(max_concurrency=2).remote(
-            cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, urls, state.get("data_position"))
         disk = os.path.join(cfg.log.output_dir or tempfile.gettempdir(), f"slime-weights-{os.getpid()}")
-        sync = WeightSync(cfg.sync, cfg.cluster.colocate, trainers[0], engines, urls, disk)
-        rt = cls(cfg, trainers, engines, manager, sync, int(state.get("next_rollout_id", 0)),
-                 total_rollouts(cfg), int(state.get("weight_version", 0)), steps_per_rollout(cfg),
-                 list({id(p.pg): p.pg for p in (train_pool, rollout_pool)}.values()))
+        rt.sync = WeightSync(cfg.sync, c.colocate, trainers[0], rt.engines, disk, c.use_gpu, cfg.sync.check_tol,
+                             cfg.rollout.sampling.temperature)
+        rt.sync.version = rt.version
         if state:
             print(f"[slime] resumed from --load {cfg.model.load}: next rollout id {rt.start_rollout_id}, "
                   f"data position {state.get('data_position')}", flush=True)
-        ray.get(manager.engine_urls.remote())  # the manager waited for every engine to be healthy
         rt.sync_weights()  # engines start from --hf-checkpoint; the trainer may hold other weights
+        admin = RouterAdmin(rt.router_url)
+        for j, h in enumerate(rt.engines):
+            admin.add_worker(h.url, rt.specs[j].worker_type if rt.specs else "regular")
+        rt.manager = RolloutManagerActor.options(max_concurrency=2).remote(
+            cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"))
+        ray.get(rt.manager.engine_urls.remote())  # the manager waited for every engine to be healthy
+        if cfg.fault.use_fault_tolerance:
+            from slime.rollout.fault import HealthMonitor
+
+            rt.monitor = HealthMonitor(cfg.fault, lambda: rt.engines, rt.restart_engine).start()
         return rt
+
+    # -- engines ----------------------------------------------------------------------------------
+    def _start_engine(self, j: int, wait: bool = True):
+        """Engine j in its bundle(s) of the rollout pool: an embedded engine, or SGLang (# UNTESTED on GPU)."""
+        import ray
+
+        from slime.ray.actors import EngineActor
+        from slime.sync.weight_sync import EngineHandle
+
+        cfg, c = self.cfg, self.cfg.cluster
+        seed = cfg.rollout.seed + j
+        if not self.specs:
+            actor = EngineActor.options(**self.rollout_pool.options(j)).remote(cfg.model.hf_checkpoint, seed, 1,
+                                                                               cfg.sglang)
+            h = EngineHandle(ray.get(actor.get_url.remote()), actor)
+        else:  # UNTESTED on GPU
+            from slime.ray.placement import engine_bundles
+            from slime.rollout.engines.sglang import _sglang_engine_actor_cls
+
+            actor_cls = _sglang_engine_actor_cls()
+            spec = self.specs[j]
+            bundles = engine_bundles(c, j)
+            actors = [actor_cls.options(**{**self.rollout_pool.options(b), "num_gpus": min(spec.num_gpus,
+                                                                                          c.num_gpus_per_node)})
+                      .remote() for b in bundles]
+            dist_init = ray.get(actors[0].free_addr.remote()) if len(actors) > 1 else None
+            ray.get([a.start.remote(spec, cfg.model.hf_checkpoint, seed * 1000 + j, c.offload_rollout, r,
+                                    len(actors), dist_init) for r, a in enumerate(actors)])
+            h = EngineHandle(ray.get(actors[0].get_url.remote()), actors[0], spec.num_gpus)
+            h.others = actors[1:]
+        if wait:
+            h.client.wait_healthy(timeout=600.0)
+        return h
+
+    def restart_engine(self, j: int) -> None:
+        """Replace a dead engine: new actor in the same bundle, current weights, registered again."""
+        import ray
+
+        from slime.rollout.client import RouterAdmin
+
+        admin = RouterAdmin(self.router_url)
+        with self.sync.lock:
+            old = self.engines[j]
+            admin.remove_worker(old.url)
+            for a in [old.actor, *getattr(old, "others", [])]:
+                try:
+                    ray.kill(a)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            new = self._start_engine(j)
+            self.engines[j] = new  # the same list as self.sync.engines
+            if self.cfg.cluster.colocate and self.train_pending:
+                self.unregistered.add(j)  # the pool is the trainer's now; joins at the next sync
+                new.client.release_memory()
+                return
+            if self.train_pending:
+                self.unregistered.add(j)  # weights are mid-update: it joins with the next sync
+                return
+            self.sync.sync_one(new)
+            admin.add_worker(new.url, self.specs[j].worker_type if self.specs else "regular")
 
     # -- the phases train.py calls ---------------------------------------------------------------
     def generate_async(self, rollout_id: int):
@@ -146,6 +256,8 @@ class Runtime:
         import ray
 
         t0 = time.monotonic()
+        with self.sync.lock:
+            self.train_pending = True
         if self.cfg.cluster.colocate:  # the pool goes to the trainer: engines release memory
             self.sync.release_engines()
             ray.get([t.onload.remote() for t in self.trainers])
@@ -159,8 +271,18 @@ class Runtime:
         return metrics
 
     def sync_weights(self) -> float:
-        self.version += 1
-        return self.sync.sync(self.version)
+        from slime.rollout.client import RouterAdmin
+
+        with self.sync.lock:
+            self.version += 1
+            took = self.sync.sync(self.version)
+            self.train_pending = False
+            if self.unregistered:
+                admin = RouterAdmin(self.router_url)
+                for j in sorted(self.unregistered):
+                    admin.add_worker(self.engines[j].url, self.specs[j].worker_type if self.specs else "regular")
+                self.unregistered.clear()
+            return took
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         from slime.eval import run_eval
@@ -186,13 +308,17 @@ class Runtime:
     def shutdown(self) -> None:
         import ray
 
-        for e in self.engines:
+        if self.monitor is not None:
+            self.monitor.stop()
+        owned = [a for h in self.engines for a in [h.actor, *getattr(h, "others", [])] if a is not None]
+        for a in [*owned, self.router]:
             try:
-                ray.get(e.shutdown.remote(), timeout=10)
+                ray.get(a.shutdown.remote(), timeout=10)
             except Exception:  # noqa: BLE001 - best effort: the actor may already be gone
                 pass
-        for a in [*self.engines, *self.trainers, self.manager]:
-            ray.kill(a)
+        for a in [*owned, self.router, *self.trainers, self.manager]:
+            if a is not None:
+                ray.kill(a)
         from ray.util.placement_group import remove_placement_group
 
         for pg in self.pgs:

@@ -65,10 +65,12 @@ class EngineClient:
     def close(self) -> None:
         self.http.close()
 
-    def _request(self, method: str, path: str, json: Any = None) -> httpx.Response:
+    def _request(self, method: str, path: str, json: Any = None, headers: dict[str, str] | None = None,
+                 timeout: float | None = None) -> httpx.Response:
         for attempt in range(self.retries + 1):
             try:
-                resp = self.http.request(method, self.url + path, json=json)
+                resp = self.http.request(method, self.url + path, json=json, headers=headers,
+                                         **({"timeout": timeout} if timeout else {}))
             except (httpx.ConnectError, httpx.RemoteProtocolError):
                 if attempt == self.retries:
                     raise
@@ -87,13 +89,15 @@ class EngineClient:
 
     # -- generation ----------------------------------------------------------------------------
     def generate(self, input_ids: list[list[int]], sampling_params: dict[str, Any] | list[dict[str, Any]],
-                 rid: str | None = None) -> list[GenerateResult]:
-        """A batch of prompts (each expanded by sampling_params['n']); results in request order."""
+                 rid: str | None = None, routing_key: str | None = None) -> list[GenerateResult]:
+        """A batch of prompts (each expanded by sampling_params['n']); results in request order.
+        routing_key: session affinity through a router (X-SMG-Routing-Key)."""
         body: dict[str, Any] = {"input_ids": input_ids, "sampling_params": sampling_params,
                                 "return_logprob": True}
         if rid:
             body["rid"] = rid
-        data = self._request("POST", "/generate", body).json()
+        headers = {"X-SMG-Routing-Key": routing_key} if routing_key else None
+        data = self._request("POST", "/generate", body, headers=headers).json()
         return [GenerateResult.from_json(d) for d in (data if isinstance(data, list) else [data])]
 
     # -- control -------------------------------------------------------------------------------
@@ -113,6 +117,13 @@ class EngineClient:
                 pass
             time.sleep(0.2)
         raise TimeoutError(f"engine {self.url} not healthy after {timeout} s")
+
+    def health_generate(self, timeout: float) -> bool:
+        """One probe of GET /health_generate (the fault-tolerance heartbeat)."""
+        try:
+            return self.http.get(self.url + "/health_generate", timeout=timeout).status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def server_info(self) -> dict[str, Any]:
         return self._request("GET", "/server_info").json()
@@ -151,3 +162,57 @@ class EngineClient:
             "serialized_named_tensors": [entry],
             "load_format": load_format, "flush_cache": False,
             "weight_version": str(weight_version), "is_last_bucket": is_last_bucket})
+
+    def pause_generation(self, mode: str = "abort") -> None:
+        self._request("POST", "/pause_generation", {"mode": mode})
+
+    def continue_generation(self) -> None:
+        self._request("POST", "/continue_generation", {})
+
+    # -- distributed weight update (trainer rank 0 broadcasts; sglang-protocol.md §3) ---------------
+    def init_weights_update_group(self, master_address: str, master_port: int, rank_offset: int, world_size: int,
+                                  group_name: str, backend: str, timeout: float = 120.0) -> None:
+        """Blocks until every member joined: call it concurrently with the trainer's join."""
+        data = self._request("POST", "/init_weights_update_group", {
+            "master_address": master_address, "master_port": master_port, "rank_offset": rank_offset,
+            "world_size": world_size, "group_name": group_name, "backend": backend}, timeout=timeout).json()
+        if isinstance(data, dict) and data.get("success") is False:
+            raise EngineRequestError(self.url + "/init_weights_update_group", 400, str(data.get("message")))
+
+    def destroy_weights_update_group(self, group_name: str) -> None:
+        self._control("/destroy_weights_update_group", {"group_name": group_name})
+
+    def update_weights_from_distributed(self, names: list[str], dtypes: list[str], shapes: list[list[int]],
+                                        group_name: str, weight_version: int, is_last_bucket: bool = True) -> None:
+        """Answers only after every broadcast arrived: post it first, then broadcast."""
+        self._control("/update_weights_from_distributed", {
+            "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": False,
+            "weight_version": str(weight_version), "is_last_bucket": is_last_bucket})
+
+
+class RouterAdmin:
+    """Worker registration on a router (ours or sglang-router 0.3.x: same endpoints)."""
+
+    def __init__(self, url: str, timeout: float = 30.0):
+        self.url = url.rstrip("/")
+        self.http = httpx.Client(timeout=timeout, trust_env=False)
+
+    def add_worker(self, url: str, worker_type: str = "regular", bootstrap_port: int | None = None) -> str:
+        body: dict[str, Any] = {"url": url, "worker_type": worker_type}
+        if bootstrap_port is not None:
+            body["bootstrap_port"] = bootstrap_port
+        resp = self.http.post(self.url + "/workers", json=body)
+        if resp.status_code >= 400:
+            raise EngineRequestError(self.url + "/workers", resp.status_code, _error_message(resp))
+        return str(resp.json().get("id", url))
+
+    def list_workers(self) -> list[dict[str, Any]]:
+        return self.http.get(self.url + "/workers").json()["workers"]
+
+    def remove_worker(self, url: str) -> None:
+        for w in self.list_workers():
+            if w["url"].rstrip("/") == url.rstrip("/"):
+                self.http.delete(f"{self.url}/workers/{w['id']}")
+
+    def close(self) -> None:
+        self.http.close()

@@ -1,7 +1,8 @@
 """The rollout manager: prompts -> engines -> samples -> rewards, one rollout at a time.
 
 Runs inside a Ray actor (slime/ray/actors.py) but is a plain class: it talks to engines only
-through slime.rollout.client. Sampling seeds are a pure function of (--rollout-seed, rollout id,
+through slime.rollout.client, and only to the router's address (slime/rollout/router.py, or
+sglang-router), which spreads requests over the engines and retries those an engine dropped. Sampling seeds are a pure function of (--rollout-seed, rollout id,
 prompt), so a resumed run samples what the uninterrupted run would have.
 """
 
@@ -16,19 +17,24 @@ from typing import Any
 from slime.config import DataConfig, EvalConfig, RolloutConfig, SamplingConfig
 from slime.data.dataset import DataPosition, PromptRecord, PromptSource, load_prompts
 from slime.data.sample import FINISH_TO_STATUS, Sample
-from slime.rollout.client import EngineClient, GenerateResult
+from slime.rollout.client import EngineClient, GenerateResult, RouterAdmin
 from slime.rollout.rewards import RewardScorer
-from slime.rollout.router import Router
+from slime.rollout.router import split_evenly
 
 
 @dataclass
 class GenerateContext:
-    """What a --custom-generate-function-path hook receives as `args`."""
+    """What a --custom-generate-function-path hook receives as `args`: `client` talks to the
+    router (pass routing_key=<session id> for multi-turn affinity), `router` lists the workers."""
 
     rollout: RolloutConfig
     tokenizer: Any
-    clients: dict[str, EngineClient]
-    router: Router
+    client: EngineClient
+    router: RouterAdmin
+
+    @property
+    def clients(self) -> dict[str, EngineClient]:
+        return {self.client.url: self.client}
 
 
 def sampling_params(s: SamplingConfig, n: int, seed: int) -> dict[str, Any]:
@@ -46,7 +52,7 @@ def _seed(base: int, rollout_id: int, prompt_id: int) -> int:
 
 class RolloutManager:
     def __init__(self, data: DataConfig, rollout: RolloutConfig, eval_cfg: EvalConfig,
-                 hf_checkpoint: str, engine_urls: list[str], position: dict[str, int] | None = None):
+                 hf_checkpoint: str, router_url: str, position: dict[str, int] | None = None):
         from slime.backends.embedded.model import load_tokenizer
 
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
@@ -55,9 +61,9 @@ class RolloutManager:
         start = DataPosition.from_dict(position) if position else DataPosition()
         self.source = PromptSource(self.records, data.rollout_shuffle, data.rollout_seed, start)
         self.positions: dict[int, DataPosition] = {}
-        self.router = Router(engine_urls)
-        self.clients = {u: EngineClient(u) for u in engine_urls}
-        self.ctx = GenerateContext(rollout, self.tokenizer, self.clients, self.router)
+        self.router = RouterAdmin(router_url)
+        self.client = EngineClient(router_url, retries=8)
+        self.ctx = GenerateContext(rollout, self.tokenizer, self.client, self.router)
         self.scorer = RewardScorer(rollout.rm_type, rollout.custom_rm_path, rollout.group_rm,
                                    rollout.reward_key, self.ctx)
         self.generate_hook = None
@@ -66,8 +72,17 @@ class RolloutManager:
 
             self.generate_hook = load_function(rollout.custom_generate_function_path, kind="generate")
         self.eval_sets = {name: self._load(path, f"--eval-prompt-data {name}") for name, path in eval_cfg.datasets}
-        for c in self.clients.values():
-            c.wait_healthy()
+        self.wait_engines()
+
+    def wait_engines(self, timeout: float = 300.0) -> list[str]:
+        """Every registered engine healthy (they were registered after their readiness probe)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ws = self.router.list_workers()
+            if ws and all(w["is_healthy"] for w in ws):
+                return [w["url"] for w in ws]
+            time.sleep(0.2)
+        raise TimeoutError(f"no healthy engines behind the router {self.client.url} after {timeout} s")
 
     def _load(self, path: str, flag: str) -> list[PromptRecord]:
         d = self.data
@@ -86,22 +101,27 @@ class RolloutManager:
                 for g, (epoch, rec) in enumerate(batch) for _ in range(n)]
 
     def _run_engines(self, samples: list[Sample], n: int, sp: SamplingConfig, seed_of) -> None:
-        """Fill samples (groups of n consecutive) with responses, one batched request per engine."""
+        """Fill samples (groups of n consecutive) with responses: one batched request per engine
+        share (at most --sglang-server-concurrency samples each), all through the router. Seeds
+        are per prompt, so a request the router retries on another engine samples the same."""
         groups = list(range(0, len(samples), n))
         limit = max(1, self.rollout.server_concurrency // n)
+        workers = max(1, sum(w["is_healthy"] for w in self.router.list_workers()))
+        chunks = [list(r)[c:c + limit] for r in split_evenly(len(groups), workers)
+                  for c in range(0, len(r), limit)]
 
-        def run(url: str, idx: list[int]) -> None:
-            for c in range(0, len(idx), limit):
-                chunk = idx[c:c + limit]
-                firsts = [samples[groups[i]] for i in chunk]
-                params = [sampling_params(sp, n, seed_of(s)) for s in firsts]
-                outs = self.clients[url].generate([s.prompt_tokens for s in firsts], params)
-                for k, i in enumerate(chunk):
-                    for j in range(n):
-                        _fill(samples[groups[i] + j], outs[k * n + j])
+        def run(chunk: list[int]) -> None:
+            firsts = [samples[groups[i]] for i in chunk]
+            params = [sampling_params(sp, n, seed_of(s)) for s in firsts]
+            outs = self.client.generate([s.prompt_tokens for s in firsts], params)
+            if len(outs) != len(chunk) * n:
+                raise RuntimeError(f"router returned {len(outs)} outputs for {len(chunk) * n} samples")
+            for k, i in enumerate(chunk):
+                for j in range(n):
+                    _fill(samples[groups[i] + j], outs[k * n + j])
 
-        with ThreadPoolExecutor(len(self.clients)) as pool:
-            list(pool.map(lambda a: run(*a), self.router.split(groups)))
+        with ThreadPoolExecutor(max(1, len(chunks))) as pool:
+            list(pool.map(run, chunks))
 
     def _run_hook(self, samples: list[Sample], sp: SamplingConfig, seed_of) -> None:
         from slime.rewards.hooks import HookError, hook_path
@@ -165,7 +185,7 @@ class RolloutManager:
 
     # -- engines (colocated phases) --------------------------------------------------------------
     def engine_urls(self) -> list[str]:
-        return list(self.clients)
+        return [w["url"] for w in self.router.list_workers()]
 
 
 def _fill(s: Sample, out: GenerateResult) -> None:

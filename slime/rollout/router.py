@@ -1,29 +1,270 @@
-"""A minimal in-process router: spreads prompts over engine URLs, round robin by prompt.
+"""The rollout router: one HTTP address in front of the engines, addressed like sglang-router.
 
-SGLang deployments put sglang-router in front of the engines; for embedded engines on one
-machine, handing each engine a contiguous share of the batch is all the balancing needed.
+    POST /generate            proxied to one engine (the reply is the engine's, unchanged)
+    POST /workers             {url, worker_type, bootstrap_port} -> 202 {id}
+    GET  /workers             {workers: [{id, url, worker_type, is_healthy, load}], total, stats}
+    DELETE /workers/{id}      deregister
+    legacy: POST /add_worker?url=, POST /remove_worker?url=, GET /list_workers
+    GET  /health
+
+The client (slime/rollout/client.py) talks to it exactly as to an engine. Policy: requests with
+an `X-SMG-Routing-Key` header go to the engine a consistent-hash ring assigns to the key (session
+affinity for multi-turn; only that key's share moves when an engine joins or leaves); others to
+the least-loaded healthy engine (ties broken round robin). At most `concurrency` requests are in
+flight per engine (the others wait). An engine that drops a request (connection refused/reset:
+it died) is marked unhealthy and the request is sent again to another engine, waiting up to
+`retry_timeout` s for one to be (re)registered: a sample in flight on a dead engine is retried,
+not lost. HTTP error answers are the engine's verdict and pass through unchanged.
+
+Where sglang-router is installed (the `[sglang]` extra) and the engines are SGLang, the runtime
+launches it instead (launch_sglang_router, # UNTESTED on GPU); PD pairs need it: this router
+serves regular workers only.
 """
 
 from __future__ import annotations
 
-from typing import Sequence, TypeVar
+import asyncio
+import bisect
+import hashlib
+import itertools
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
 
-T = TypeVar("T")
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+VNODES = 64  # virtual nodes per engine on the hash ring
 
 
-class Router:
-    def __init__(self, urls: Sequence[str]):
-        if not urls:
-            raise ValueError("the router needs at least one engine URL")
-        self.urls = list(urls)
+def _h(s: str) -> int:
+    return int.from_bytes(hashlib.md5(s.encode()).digest()[:8], "big")
 
-    def split(self, items: Sequence[T]) -> list[tuple[str, list[int]]]:
-        """(url, indices of items) per engine; contiguous shares, sizes differ by at most 1."""
-        n, k = len(items), len(self.urls)
-        out, start = [], 0
-        for i, url in enumerate(self.urls):
-            size = n // k + (1 if i < n % k else 0)
-            if size:
-                out.append((url, list(range(start, start + size))))
-            start += size
-        return out
+
+@dataclass
+class Worker:
+    id: str
+    url: str
+    worker_type: str = "regular"
+    bootstrap_port: int | None = None
+    healthy: bool = True
+    load: int = 0
+    served: int = 0
+    sem: asyncio.Semaphore | None = field(default=None, repr=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "url": self.url, "worker_type": self.worker_type, "is_healthy": self.healthy,
+                "load": self.load, "served": self.served, "bootstrap_port": self.bootstrap_port}
+
+
+class RouterState:
+    """Worker registry + policy; all methods run on the server's event loop."""
+
+    def __init__(self, concurrency: int = 512, policy: str = "least_load", retry_timeout: float = 120.0):
+        if policy not in ("least_load", "round_robin"):
+            raise ValueError(f"router policy {policy!r}: least_load or round_robin")
+        self.concurrency, self.policy, self.retry_timeout = concurrency, policy, retry_timeout
+        self.workers: dict[str, Worker] = {}
+        self._rr = itertools.count()
+        self.retried = 0
+        self.changed = asyncio.Event()
+
+    def add(self, url: str, worker_type: str = "regular", bootstrap_port: int | None = None) -> Worker:
+        url = url.rstrip("/")
+        if worker_type not in ("regular", "prefill", "decode"):
+            raise ValueError(f"unknown worker_type {worker_type!r}")
+        if worker_type != "regular":
+            raise ValueError("prefill/decode workers need sglang-router (PD pairing); this router serves "
+                             "regular workers")
+        for w in self.workers.values():
+            if w.url == url:
+                w.healthy = True
+                self.changed.set()
+                return w
+        w = Worker(uuid.uuid4().hex[:12], url, worker_type, bootstrap_port, sem=asyncio.Semaphore(self.concurrency))
+        self.workers[w.id] = w
+        self.changed.set()
+        return w
+
+    def remove(self, worker_id: str) -> bool:
+        ok = self.workers.pop(worker_id, None) is not None
+        self.changed.set()
+        return ok
+
+    def by_url(self, url: str) -> Worker | None:
+        url = url.rstrip("/")
+        return next((w for w in self.workers.values() if w.url == url), None)
+
+    def pick(self, key: str | None, exclude: set[str]) -> Worker | None:
+        live = [w for w in self.workers.values() if w.healthy and w.id not in exclude]
+        if not live:
+            return None
+        if key is not None:
+            ring = sorted((_h(f"{w.url}#{v}"), w.url) for w in live for v in range(VNODES))
+            i = bisect.bisect(ring, (_h(key), "")) % len(ring)
+            return next(w for w in live if w.url == ring[i][1])
+        start = next(self._rr)
+        order = live[start % len(live):] + live[:start % len(live)]
+        return order[0] if self.policy == "round_robin" else min(order, key=lambda w: w.load)
+
+
+def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
+    app = FastAPI(title="slime router")
+    http: dict[str, httpx.AsyncClient] = {}
+
+    def client() -> httpx.AsyncClient:
+        if "c" not in http:
+            http["c"] = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), trust_env=False,
+                                          limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        return http["c"]
+
+    async def wait_for_worker(key: str | None, exclude: set[str], deadline: float) -> Worker | None:
+        while True:
+            w = state.pick(key, exclude)
+            if w is not None or time.monotonic() > deadline:
+                return w
+            state.changed.clear()
+            try:
+                await asyncio.wait_for(state.changed.wait(), timeout=0.5)
+            except asyncio.TimeoutError:
+                pass
+            exclude.clear()  # a re-registered engine may have the same url
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request):
+        body = await request.body()
+        key = request.headers.get(ROUTING_KEY_HEADER)
+        tried: set[str] = set()
+        deadline = time.monotonic() + state.retry_timeout
+        while True:
+            w = await wait_for_worker(key, tried, deadline)
+            if w is None:
+                return JSONResponse({"object": "error", "message": "no healthy engine behind the router "
+                                     f"after {state.retry_timeout:g} s", "type": "ServiceUnavailable", "code": 503},
+                                    status_code=503)
+            w.load += 1
+            try:
+                async with w.sem:
+                    resp = await client().post(w.url + "/generate", content=body,
+                                               headers={"content-type": "application/json"})
+            except httpx.TransportError:
+                w.healthy = False  # it dropped the request: retry elsewhere (or on its replacement)
+                tried.add(w.id)
+                state.retried += 1
+                continue
+            finally:
+                w.load -= 1
+            w.served += 1
+            return Response(resp.content, status_code=resp.status_code,
+                            media_type=resp.headers.get("content-type", "application/json"))
+
+    @app.post("/workers")
+    async def add_worker(request: Request):
+        body = await request.json()
+        try:
+            w = state.add(body["url"], body.get("worker_type", "regular"), body.get("bootstrap_port"))
+        except (KeyError, ValueError) as e:
+            return JSONResponse({"error": {"message": f"cannot register worker: {e}"}}, status_code=400)
+        return JSONResponse({"id": w.id, "url": w.url, "status": "accepted"}, status_code=202)
+
+    @app.get("/workers")
+    async def list_workers():
+        ws = [w.describe() for w in state.workers.values()]
+        return {"workers": ws, "total": len(ws),
+                "stats": {"healthy": sum(w["is_healthy"] for w in ws), "retried_requests": state.retried}}
+
+    @app.delete("/workers/{worker_id}")
+    async def delete_worker(worker_id: str):
+        w = state.workers.get(worker_id) or state.by_url(worker_id)
+        if w is None:
+            return JSONResponse({"error": {"message": f"no worker {worker_id}"}}, status_code=404)
+        state.remove(w.id)
+        return {"success": True, "message": f"removed {w.url}"}
+
+    @app.post("/add_worker")
+    async def add_worker_legacy(url: str):
+        state.add(url)
+        return {"success": True}
+
+    @app.post("/remove_worker")
+    async def remove_worker_legacy(url: str):
+        w = state.by_url(url)
+        if w:
+            state.remove(w.id)
+        return {"success": w is not None}
+
+    @app.get("/list_workers")
+    async def list_workers_legacy():
+        return {"urls": [w.url for w in state.workers.values()]}
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200 if any(w.healthy for w in state.workers.values()) else 503)
+
+    return app
+
+
+class RouterServer:
+    """The router app with uvicorn in a daemon thread (inside RouterActor, or a test process)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None, concurrency: int = 512,
+                 policy: str = "least_load", retry_timeout: float = 120.0):
+        import uvicorn
+
+        from slime.rollout.engines.embedded import free_port
+
+        self.host, self.port = host, port or free_port(host)
+        # asyncio primitives bind to the server's loop on first use (Python >= 3.10).
+        self.state = RouterState(concurrency, policy, retry_timeout)
+        config = uvicorn.Config(create_router_app(self.state), host=self.host, port=self.port,
+                                log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True, name="router-http")
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> str:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError(f"router did not start on {self.url}")
+            time.sleep(0.02)
+        return self.url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def launch_sglang_router(worker_urls: list[str], host: str, port: int, policy: str = "cache_aware",
+                         pd: bool = False):  # UNTESTED on GPU
+    """sglang-router 0.3.x as a child process with slime's settings (sglang-protocol.md §3)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
+           "--policy", policy, "--disable-circuit-breaker", "--request-timeout-secs", "14400",
+           "--balance-abs-threshold", "10", "--balance-rel-threshold", "1.2"]
+    if pd:
+        cmd.append("--pd-disaggregation")
+    if worker_urls:
+        cmd += ["--worker-urls", *worker_urls]
+    return subprocess.Popen(cmd)
+
+
+def split_evenly(n: int, k: int) -> list[range]:
+    """n items into k contiguous shares whose sizes differ by at most 1 (empty shares dropped)."""
+    out, start = [], 0
+    for i in range(k):
+        size = n // k + (1 if i < n % k else 0)
+        if size:
+            out.append(range(start, start + size))
+        start += size
+    return out

@@ -1,21 +1,31 @@
 """Trainer -> engines weight sync with an integer version (engines refuse a version that does
-not increase; the client raises).
+not increase; the client raises), and a post-sync check that each engine's log-probs match the
+trainer's.
 
-Transports:
-- "disk": trainer rank 0 writes shards of <= --update-weight-buffer-size bytes under
-  --update-weight-disk-dir/v<version>, engines POST /update_weights_from_disk. Works for any
-  layout with a shared filesystem.
-- "tensor": buckets of <= buffer-size bytes through Ray's object store into each engine host
-  (staging), then POST /update_weights_from_tensor with load_format "ray_staged" per bucket;
-  the last bucket commits the version. For colocated pools (same node), like SGLang's CUDA IPC.
+Transports (each in buckets of <= --update-weight-buffer-size bytes):
+- "disk": trainer rank 0 writes shards under --update-weight-disk-dir/v<version>, engines POST
+  /update_weights_from_disk. Any layout with a shared filesystem (and external engines).
+- "tensor": buckets through Ray's object store into each engine host (staging), then POST
+  /update_weights_from_tensor with load_format "ray_staged"; the last bucket commits the
+  version. Colocated pools on CPU; the CUDA-IPC form for GPUs is
+  slime/sync/cuda_ipc.py (# UNTESTED on GPU).
 - "http": the same buckets inline as base64 safetensors in the HTTP body (any reachable engine).
+- "broadcast" (`--update-weight-transport nccl`, or `gloo`): SGLang's
+  /init_weights_update_group + /update_weights_from_distributed. Trainer rank 0 hosts a group of
+  1 + engine ranks (gloo without GPUs, nccl with); per bucket the request goes to every engine
+  first, then rank 0 broadcasts each tensor, then the replies are awaited. Reconnected after an
+  engine restart. Colocated runs take "tensor" instead, as slime does (SYN-3).
+
+Disk and broadcast syncs run pause_generation -> flush_cache -> buckets -> continue_generation.
 """
 
 from __future__ import annotations
 
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
@@ -23,54 +33,204 @@ import ray
 from slime.config import SyncConfig
 from slime.rollout.client import EngineClient
 
+PROBE_PROMPT = [1, 2, 3, 4]
+PROBE_TOKENS = 4
+
+
+class WeightSyncError(RuntimeError):
+    """An engine does not serve what the trainer holds after a sync."""
+
+
+@dataclass
+class EngineHandle:
+    url: str
+    actor: object | None = None  # None: an external engine (not ours to restart or stage into)
+    gpus: int = 1  # ranks it contributes to a broadcast group (its TP size)
+    others: list = field(default_factory=list)  # node ranks > 0 of a multi-node SGLang engine
+    client: EngineClient = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = EngineClient(self.url)
+
 
 def default_transport(cfg: SyncConfig, colocate: bool) -> str:
-    return cfg.transport or ("tensor" if colocate else "disk")
+    t = cfg.transport
+    if t in ("nccl", "gloo"):
+        return "tensor" if colocate else "broadcast"
+    return t or ("tensor" if colocate else "disk")
 
 
 class WeightSync:
-    def __init__(self, cfg: SyncConfig, colocate: bool, rank0, engine_actors: list, urls: list[str],
-                 default_disk_dir: str):
-        self.cfg, self.rank0, self.engine_actors = cfg, rank0, engine_actors
+    def __init__(self, cfg: SyncConfig, colocate: bool, rank0, engines: list[EngineHandle], default_disk_dir: str,
+                 use_gpu: bool = False, check_tol: float | None = 1e-4, temperature: float = 1.0):
+        self.cfg, self.rank0, self.engines = cfg, rank0, engines
         self.transport = default_transport(cfg, colocate)
-        self.clients = [EngineClient(u) for u in urls]
+        self.backend = "gloo" if cfg.transport == "gloo" or not use_gpu else "nccl"
         self.disk_dir = Path(cfg.disk_dir or default_disk_dir)
+        self.check_tol, self.temperature = check_tol, temperature
         self.version = 0
+        self.lock = threading.RLock()  # one sync or engine restart at a time
+        self.group_name = "slime-pp_0"
+        self._connected: list[str] | None = None  # urls of the current broadcast group
+        self.last_check: dict[str, float] = {}
+        if self.transport == "tensor" and any(h.actor is None for h in engines):
+            raise ValueError("--update-weight-transport tensor hands buckets to engine actors; external engines "
+                             "take disk, http or nccl")
 
-    def _each(self, fn) -> None:
-        with ThreadPoolExecutor(len(self.clients)) as pool:
-            list(pool.map(fn, range(len(self.clients))))
+    @property
+    def clients(self) -> list[EngineClient]:
+        return [h.client for h in self.engines]
 
+    @staticmethod
+    def _each(handles: list[EngineHandle], fn) -> None:
+        if not handles:
+            return
+        with ThreadPoolExecutor(len(handles)) as pool:
+            list(pool.map(fn, handles))
+
+    # -- the sync ----------------------------------------------------------------------------------
     def sync(self, version: int) -> float:
-        """Push the trainer's weights as `version`; returns seconds taken."""
-        t0 = time.monotonic()
-        if self.transport == "disk":
-            path = ray.get(self.rank0.write_weights_dir.remote(str(self.disk_dir / f"v{version}"),
-                                                                self.cfg.buffer_size))
-            self._each(lambda i: self.clients[i].update_weights_from_disk(path, version))
+        """Push the trainer's weights to every engine as `version`; returns seconds taken."""
+        with self.lock:
+            t0 = time.monotonic()
+            self._push(self.engines, version)
+            self.version = version
+            took = time.monotonic() - t0
+            self.check(version, self.engines)
+            return took
+
+    def sync_one(self, handle: EngineHandle) -> None:
+        """A (re)started engine: bring it to the current version (others keep theirs)."""
+        with self.lock:
+            if self.version == 0:
+                return
+            self._push([handle], self.version, private=True)
+            self.check(self.version, [handle])
+
+    def _push(self, handles: list[EngineHandle], version: int, private: bool = False) -> None:
+        t = self.transport
+        if t == "disk":
+            path = self.disk_dir / f"v{version}"
+            if not (path / "model.safetensors.index.json").exists():
+                path = Path(ray.get(self.rank0.write_weights_dir.remote(str(path), self.cfg.buffer_size)))
+            self._paused(handles, lambda h: h.client.update_weights_from_disk(str(path), version))
             for old in self.disk_dir.glob("v*"):  # engines have loaded it: older versions are garbage
                 if old.name != f"v{version}":
                     shutil.rmtree(old, ignore_errors=True)
-        elif self.transport == "tensor":
+        elif t == "tensor":
             refs = ray.get(self.rank0.export_bucket_refs.remote(self.cfg.buffer_size))
             for b, ref in enumerate(refs):
                 key = f"v{version}-b{b}"
-                ray.get([a.stage_bucket.remote(key, ref) for a in self.engine_actors])
+                ray.get([h.actor.stage_bucket.remote(key, ref) for h in handles])
                 last = b == len(refs) - 1
-                self._each(lambda i: self.clients[i].update_weights_from_tensor(key, version, "ray_staged", last))
+                self._each(handles, lambda h: h.client.update_weights_from_tensor(key, version, "ray_staged", last))
             del refs  # the engines copied them: let the object store free the buckets
-        elif self.transport == "http":
+        elif t == "http":
             payloads = ray.get(self.rank0.export_bucket_bytes.remote(self.cfg.buffer_size))
             for b, payload in enumerate(payloads):
                 last = b == len(payloads) - 1
-                self._each(lambda i: self.clients[i].update_weights_from_tensor(payload, version, "safetensors", last))
+                self._each(handles, lambda h: h.client.update_weights_from_tensor(payload, version, "safetensors",
+                                                                                  last))
+        elif t == "broadcast":
+            if private:  # a restarted engine: its own two-member group; the main group is rebuilt next sync
+                name = f"slime-restart-{abs(hash(handles[0].url)) % 10**8}"
+                self._connect(handles, name)
+                self._paused(handles, lambda h: None, lambda: self._broadcast(handles, name, version))
+                self._disconnect(handles, name)
+                self._connected = None
+            else:
+                urls = [h.url for h in handles]
+                if self._connected != urls:
+                    if self._connected is not None:
+                        self._disconnect(handles, self.group_name, missing_ok=True)
+                    self._connect(handles, self.group_name)
+                    self._connected = urls
+                self._paused(handles, lambda h: None, lambda: self._broadcast(handles, self.group_name, version))
         else:
-            raise ValueError(f"--update-weight-transport {self.transport} is not available with embedded engines")
-        self.version = version
-        return time.monotonic() - t0
+            raise ValueError(f"unknown weight transport {t!r}")
 
+    def _paused(self, handles: list[EngineHandle], per_engine, whole=None) -> None:
+        """pause_generation -> flush_cache -> update -> continue_generation (sglang-protocol.md §3).
+        Mode retract: running requests are requeued, not aborted (an async rollout in flight
+        loses nothing); the embedded engine lets its running batch finish and holds new ones."""
+        self._each(handles, lambda h: (h.client.pause_generation("retract"), h.client.flush_cache()))
+        try:
+            self._each(handles, per_engine)
+            if whole is not None:
+                whole()
+        finally:
+            self._each(handles, lambda h: h.client.continue_generation())
+
+    # -- broadcast ---------------------------------------------------------------------------------
+    def _connect(self, handles: list[EngineHandle], name: str) -> None:
+        master = ray.get(self.rank0.master_address.remote())
+        world = 1 + sum(h.gpus for h in handles)
+        offsets = [1 + sum(h.gpus for h in handles[:i]) for i in range(len(handles))]
+        with ThreadPoolExecutor(len(handles)) as pool:
+            futs = [pool.submit(h.client.init_weights_update_group, master[0], master[1], off, world, name,
+                                self.backend) for h, off in zip(handles, offsets)]
+            ray.get(self.rank0.init_weight_group.remote(master, world, name, self.backend))
+            for f in futs:
+                f.result()
+
+    def _disconnect(self, handles: list[EngineHandle], name: str, missing_ok: bool = False) -> None:
+        def one(h: EngineHandle) -> None:
+            try:
+                h.client.destroy_weights_update_group(name)
+            except Exception:  # noqa: BLE001 - a new engine never joined the old group
+                if not missing_ok:
+                    raise
+        self._each(handles, one)
+        ray.get(self.rank0.destroy_weight_group.remote(name))
+
+    def _broadcast(self, handles: list[EngineHandle], name: str, version: int) -> None:
+        metas = ray.get(self.rank0.prepare_broadcast.remote(self.cfg.buffer_size))
+        try:
+            with ThreadPoolExecutor(len(handles)) as pool:
+                for b, (names, dtypes, shapes) in enumerate(metas):
+                    last = b == len(metas) - 1
+                    # Post first (the engines answer after the last broadcast), then broadcast.
+                    futs = [pool.submit(h.client.update_weights_from_distributed, names, dtypes, shapes, name,
+                                        version, last) for h in handles]
+                    ray.get(self.rank0.broadcast_bucket.remote(name, b))
+                    for f in futs:
+                        f.result()
+        finally:
+            ray.get(self.rank0.finish_broadcast.remote())
+
+    # -- the check ---------------------------------------------------------------------------------
+    def check(self, version: int, handles: list[EngineHandle]) -> None:
+        """Each engine samples a few tokens of a fixed probe; its version must be `version` and its
+        log-probs the trainer's recomputation (float32 CPU: |diff| ~1e-7, tolerance check_tol)."""
+        if self.check_tol is None:
+            return
+        from slime.data.train_data import TrainRecord
+
+        params = {"max_new_tokens": PROBE_TOKENS, "temperature": self.temperature, "sampling_seed": version,
+                  "ignore_eos": True}
+        outs = {}
+
+        def one(h: EngineHandle) -> None:
+            outs[h.url] = h.client.generate([PROBE_PROMPT], params)[0]
+        self._each(handles, one)
+        bad = {u: o.weight_version for u, o in outs.items() if o.weight_version != str(version)}
+        if bad:
+            raise WeightSyncError(f"after sync to version {version}, engines serve other versions: {bad}")
+        urls = list(outs)
+        recs = [TrainRecord(PROBE_PROMPT + outs[u].output_ids, len(PROBE_PROMPT), 0.0, outs[u].output_logprobs,
+                            [1] * len(outs[u].output_ids)) for u in urls]
+        ref = ray.get(self.rank0.log_probs.remote(recs))
+        for u, r, lp in zip(urls, recs, ref):
+            diff = max((abs(a - b) for a, b in zip(r.rollout_log_probs, lp)), default=0.0)
+            self.last_check[u] = diff
+            if diff > self.check_tol:
+                raise WeightSyncError(f"engine {u}: log-probs differ from the trainer's by {diff:.3g} "
+                                      f"(> {self.check_tol:g}) after sync to version {version} "
+                                      f"({self.transport}): the engine does not serve the trained weights")
+
+    # -- colocated phases --------------------------------------------------------------------------
     def release_engines(self) -> None:
-        self._each(lambda i: (self.clients[i].flush_cache(), self.clients[i].release_memory()))
+        self._each(self.engines, lambda h: (h.client.flush_cache(), h.client.release_memory()))
 
     def resume_engines(self) -> None:
-        self._each(lambda i: self.clients[i].resume_memory())
+        self._each(self.engines, lambda h: h.client.resume_memory())

@@ -42,9 +42,12 @@ def backend_capability_errors(cfg) -> list[str]:
     if c.train_backend == "megatron":
         e.append("--train-backend megatron is not available in this build yet (slime/backends/megatron); "
                  "use --train-backend embedded")
-    if c.rollout_backend == "sglang":
-        e.append("--rollout-backend sglang needs the optional [sglang] install and a GPU; "
-                 "use --rollout-backend embedded on this machine")
+    if c.rollout_backend == "sglang" and not c.external:
+        from slime.rollout.engines.sglang import sglang_available
+
+        if not sglang_available():
+            e.append("--rollout-backend sglang needs the optional [sglang] install and a GPU; "
+                     "use --rollout-backend embedded on this machine")
     if c.train_backend == "embedded":
         for k in _PARALLEL:
             v = _int(cfg.megatron.get(k, 1))
@@ -53,7 +56,9 @@ def backend_capability_errors(cfg) -> list[str]:
                          f"(data parallel only); use 1, or --train-backend megatron")
         if cfg.megatron.get("optimizer_cpu_offload"):
             e.append("--optimizer-cpu-offload: the embedded trainer keeps AdamW on the model's device")
-    if c.rollout_backend == "embedded":
+    if c.rollout_backend == "embedded" and not c.external:
+        if c.sglang_config or c.prefill_num_servers:
+            e.append("--sglang-config / --prefill-num-servers: server groups and PD need --rollout-backend sglang")
         if c.rollout_num_gpus_per_engine != 1:
             e.append(f"--rollout-num-gpus-per-engine {c.rollout_num_gpus_per_engine}: an embedded engine "
                      f"serves one unshardable model copy; use 1")
@@ -61,9 +66,6 @@ def backend_capability_errors(cfg) -> list[str]:
             v = _int(cfg.sglang.get(k, 1))
             if v is not None and v > 1:
                 e.append(f"--sglang-{k.replace('_', '-')} {v}: the embedded engine has no model parallelism")
-        if cfg.sync.transport == "nccl":
-            e.append("--update-weight-transport nccl: embedded engines take weights by disk, tensor "
-                     "(object store) or http; the NCCL broadcast comes with the sglang backend")
         for k in _SGLANG_SEMANTIC:
             if k in cfg.sglang:
                 e.append(f"--sglang-{k.replace('_', '-')}: not supported by the embedded engine "

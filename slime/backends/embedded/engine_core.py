@@ -5,6 +5,7 @@ memory release. slime/rollout/engines/embedded.py puts the SGLang protocol in fr
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,7 @@ class EngineCore:
         self.busy = 0
         self._abort_all = False
         self._abort_rids: set[str] = set()
+        self.step_delay_s = 0.0  # tests and benchmarks: slow decoding down to act mid-request
 
     # -- generation --------------------------------------------------------------------------
     def generate(self, req: GenerateRequest) -> list[dict[str, Any]]:
@@ -64,7 +66,11 @@ class EngineCore:
         try:
             with self.lock:
                 self._abort_all = False
-                abort = lambda i: self._abort_all or req.rids[i] in self._abort_rids  # noqa: E731
+                def abort(i: int) -> bool:
+                    if i == 0 and self.step_delay_s:
+                        time.sleep(self.step_delay_s)
+                    return self._abort_all or req.rids[i] in self._abort_rids
+
                 rows = sample(self.model, req.input_ids, req.params, self.pad_id, self.eos_ids,
                               self.generator, abort)
                 version = self.weight_version

@@ -11,12 +11,18 @@ Weight hand-off formats of POST /update_weights_from_tensor (one entry in
   it in the object store for the owner's lifetime, measured with Ray 2.60). This is the CPU
   analogue of SGLang's CUDA-IPC handles: the payload moves out of band, HTTP carries the handle
   and the versioned commit.
+Distributed updates (`/init_weights_update_group`, `/update_weights_from_distributed`): the
+engine is one rank (`rank_offset`) of a process group the trainer's rank 0 hosts
+(slime/sync/dist_group.py): gloo on CPU, nccl where the engine runs on a GPU. The update request
+receives one broadcast per name in list order and answers after the last one; a stale version
+is refused only after receiving (refusing early would leave the trainer's broadcast hanging).
 Extension: `is_last_bucket` (default true): a bucketed update commits its weight_version with
 its last bucket; until then the same version may continue and any other is refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 import threading
@@ -30,7 +36,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest, new_rid
 from slime.backends.embedded.sampler import RowParams
 
-SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor"]
+SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor", "init_weights_update_group",
+                     "update_weights_from_distributed", "destroy_weights_update_group"]
 TENSOR_FORMATS = ["safetensors", "ray_staged"]
 
 
@@ -122,7 +129,8 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
                staging: StagingArea | None = None) -> FastAPI:
     staging = staging or StagingArea()
     app = FastAPI(title="slime embedded engine")
-    state = {"ready": True}
+    state = {"ready": True, "paused": False}
+    groups: dict[str, Any] = {}
 
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
@@ -131,6 +139,8 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
             req, is_list = _parse_generate(body, core)
         except Exception as e:  # noqa: BLE001 - every parse problem is a schema error
             return _schema_error(str(e))
+        while state["paused"]:  # /pause_generation: new requests wait for /continue_generation
+            await asyncio.sleep(0.01)
         try:
             outs = await run_in_threadpool(core.generate, req)
         except EngineError as e:
@@ -149,6 +159,77 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
         await run_in_threadpool(core.generate, req)
         return PlainTextResponse("", status_code=200)
 
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request):
+        body = await _json_or_empty(request)
+        state["paused"] = True
+        if body.get("mode", "abort") == "abort":
+            core.abort(abort_all=True)
+        return {"message": "Generation paused.", "status": "ok"}
+
+    @app.post("/continue_generation")
+    async def continue_generation():
+        state["paused"] = False
+        return {"message": "Generation continued.", "status": "ok"}
+
+    @app.get("/v1/loads")
+    async def loads():
+        return {"timestamp": time.time(), "version": "embedded-0.1", "accelerator": core.device.type,
+                "num_accelerators": 1, "loads": [{"dp_rank": 0, "num_running_reqs": core.busy,
+                                                  "num_waiting_reqs": 0}]}
+
+    @app.post("/init_weights_update_group")
+    async def init_group(request: Request):
+        from slime.sync.dist_group import WeightGroup
+
+        body = await _json_or_empty(request)
+        try:
+            backend = body.get("backend", "nccl")
+            if backend == "nccl" and core.device.type != "cuda":
+                return _control(False, "backend nccl needs a GPU engine; this embedded engine runs on CPU: use gloo")
+            name = body.get("group_name", "weight_update_group")
+            groups[name] = await run_in_threadpool(
+                WeightGroup, body["master_address"], int(body["master_port"]), int(body["rank_offset"]),
+                int(body["world_size"]), name, backend)
+        except Exception as e:  # noqa: BLE001 - joining failed: say why, in the control shape
+            return _control(False, f"init_weights_update_group failed: {e!r}")
+        return _control(True, f"joined {name} as rank {body['rank_offset']} of {body['world_size']}")
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_group(request: Request):
+        body = await _json_or_empty(request)
+        g = groups.pop(body.get("group_name", "weight_update_group"), None)
+        if g is not None:
+            g.destroy()
+        return _control(True, "destroyed" if g else "no such group")
+
+    @app.post("/update_weights_from_distributed")
+    async def update_from_distributed(request: Request):
+        import torch
+
+        from slime.sync.dist_group import DTYPES
+
+        body = await _json_or_empty(request)
+        g = groups.get(body.get("group_name", "weight_update_group"))
+        if g is None:
+            return _control(False, f"no weight update group {body.get('group_name')!r}: "
+                                   f"POST /init_weights_update_group first")
+        names, dtypes, shapes = body.get("names", []), body.get("dtypes", []), body.get("shapes", [])
+        if not len(names) == len(dtypes) == len(shapes):
+            return _schema_error("names, dtypes and shapes must have the same length")
+
+        def receive() -> dict[str, Any]:
+            return {n: g.broadcast(torch.empty(tuple(s), dtype=DTYPES[d], device=g.device))
+                    for n, d, s in zip(names, dtypes, shapes)}
+
+        named = await run_in_threadpool(receive)
+        try:
+            await run_in_threadpool(core.update_from_named, named, body.get("weight_version"),
+                                    bool(body.get("is_last_bucket", True)))
+        except (EngineError, KeyError, ValueError) as e:
+            return _control(False, f"update_weights_from_distributed failed: {e}")
+        return _control(True, "ok")
+
     @app.get("/server_info")
     @app.get("/get_server_info")
     async def server_info():
@@ -156,6 +237,7 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
                 "disaggregation_mode": "null", "weight_version": core.weight_version,
                 "max_req_input_len": int(getattr(core.model.config, "max_position_embeddings", 0) or 0),
                 "weight_update_endpoints": SUPPORTED_UPDATES, "tensor_load_formats": TENSOR_FORMATS,
+                "weight_update_backends": ["gloo", "nccl"] if core.device.type == "cuda" else ["gloo"],
                 "engine": "slime-embedded", "version": "embedded-0.1", **(server_args or {})}
 
     @app.get("/model_info")

@@ -1,0 +1,100 @@
+"""External engines (`--rollout-external-engine-addrs host:port ...`): engines another deployment
+started and owns. slime reserves no GPUs for them and never restarts them (SGL-9); before
+anything is reserved it checks that each one can serve this run, and refuses with the engine's
+address and the mismatch:
+
+- reachable: GET /server_info and GET /model_info answer;
+- the model: `architectures` and `model_type` equal --hf-checkpoint's config.json, and
+  `model_path` names the same checkpoint (same path, or at least the same directory name: an
+  engine host may mount it elsewhere);
+- a generation model (`is_generation`), not in PD mode (`disaggregation_mode` null: PD pairs
+  are reached through their router, not as single engines);
+- weight updates for the chosen transport: SGLang >= 0.5 has every endpoint slime uses; an
+  engine that lists `weight_update_endpoints` (the embedded engine) must list the transport's;
+- `tensor` transport is refused: it hands buckets to engine actors slime owns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ENDPOINTS = {"disk": ["update_weights_from_disk"], "http": ["update_weights_from_tensor"],
+             "broadcast": ["init_weights_update_group", "update_weights_from_distributed"]}
+MIN_SGLANG = (0, 5)
+
+
+def normalize_addr(addr: str) -> str:
+    return addr.rstrip("/") if addr.startswith(("http://", "https://")) else f"http://{addr.rstrip('/')}"
+
+
+def _version_tuple(v: str) -> tuple[int, ...] | None:
+    m = re.match(r"(\d+)\.(\d+)", v or "")
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def check_engine(addr: str, hf_checkpoint: str, transport: str, timeout: float = 10.0) -> list[str]:
+    url = normalize_addr(addr)
+    name = f"external engine {addr}"
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as http:
+            info = http.get(url + "/server_info")
+            if info.status_code == 404:
+                info = http.get(url + "/get_server_info")
+            minfo = http.get(url + "/model_info")
+    except httpx.HTTPError as e:
+        return [f"{name}: unreachable ({type(e).__name__}: {e}); is it started (serving-reference.sh launch)?"]
+    if info.status_code != 200 or minfo.status_code != 200:
+        return [f"{name}: /server_info answered {info.status_code}, /model_info {minfo.status_code}: "
+                f"not an SGLang-protocol engine"]
+    si: dict[str, Any] = info.json()
+    mi: dict[str, Any] = minfo.json()
+    problems: list[str] = []
+    cfg_path = Path(hf_checkpoint) / "config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+    want_arch = list(cfg.get("architectures") or [])
+    if want_arch and list(mi.get("architectures") or []) != want_arch:
+        problems.append(f"{name}: serves architectures {mi.get('architectures')}, but --hf-checkpoint "
+                        f"{hf_checkpoint} is {want_arch}")
+    if cfg.get("model_type") and mi.get("model_type") and mi["model_type"] != cfg["model_type"]:
+        problems.append(f"{name}: serves model_type {mi['model_type']!r}, --hf-checkpoint has {cfg['model_type']!r}")
+    served = str(mi.get("model_path") or si.get("model_path") or "")
+    if served and os.path.realpath(served) != os.path.realpath(hf_checkpoint) \
+            and Path(served.rstrip("/")).name != Path(hf_checkpoint.rstrip("/")).name:
+        problems.append(f"{name}: serves model_path {served!r}, not --hf-checkpoint {hf_checkpoint!r}")
+    if mi.get("is_generation") is False:
+        problems.append(f"{name}: is not a generation model (is_generation false)")
+    mode = si.get("disaggregation_mode")
+    if mode not in (None, "null"):
+        problems.append(f"{name}: runs disaggregation_mode {mode!r}; connect PD engines through their router")
+    if transport == "tensor":
+        problems.append(f"{name}: --update-weight-transport tensor needs engines slime places; use disk, http or nccl")
+    listed = si.get("weight_update_endpoints")
+    need = ENDPOINTS.get(transport, [])
+    if isinstance(listed, list):
+        missing = [e for e in need if e not in listed]
+        if missing:
+            problems.append(f"{name}: lacks weight-update endpoint(s) {missing} needed by --update-weight-transport "
+                            f"{transport}")
+        backends = si.get("weight_update_backends")
+        if transport == "broadcast" and isinstance(backends, list) and not backends:
+            problems.append(f"{name}: no process-group backend for broadcast updates")
+    else:
+        version = str(si.get("version", ""))
+        vt = _version_tuple(version)
+        if vt is None or vt < MIN_SGLANG:
+            problems.append(f"{name}: SGLang version {version or 'unknown'}; slime's weight-update protocol needs "
+                            f">= {'.'.join(map(str, MIN_SGLANG))}")
+    return problems
+
+
+def check_external_engines(addrs: list[str], hf_checkpoint: str, transport: str) -> list[str]:
+    problems: list[str] = []
+    for a in addrs:
+        problems.extend(check_engine(a, hf_checkpoint, transport))
+    return problems
