@@ -1,6 +1,6 @@
 """`slime-lab`: the Quick Start lab from a terminal. Same functions as the page, same bytes.
 
-    slime-lab                                   # serve the page on 127.0.0.1:8765
+    slime-lab [--host H] [--port P]             # serve the page on 127.0.0.1:8765
     slime-lab serve [--host H] [--port P]
     slime-lab recipes
     slime-lab render (--model NAME | EXPERIMENT.json) [--set field.path=value ...] -o DIR
@@ -230,9 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `slime-lab --port 9000` means `slime-lab serve --port 9000`: serving is what a bare call does.
+    if not argv or argv[0].startswith("--host") or argv[0].startswith("--port"):
+        argv = ["serve", *argv]
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["serve"])
     try:
         return int(args.func(args) or 0)
     except UserError as exc:

@@ -153,6 +153,13 @@ def test_no_arguments_serves_on_localhost(capsys, monkeypatch):
     assert (seen["host"], seen["port"]) == ("127.0.0.1", 8765) and "http://127.0.0.1:8765/" in out
 
 
+def test_bare_port_flag_serves_on_that_port(capsys, monkeypatch):
+    seen = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.update(app=app, **kw))
+    code, out, _ = main(capsys, "--port", "9123")
+    assert code == 0 and (seen["host"], seen["port"]) == ("127.0.0.1", 9123) and "http://127.0.0.1:9123/" in out
+
+
 def test_serve_answers_http_and_prints_its_url():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
