@@ -25,7 +25,8 @@ ETP = 1
 class Derived(BaseModel):
     n_actor: int = Field(0, description="Training GPUs (N_actor).")
     dp: int = Field(0, description="Data-parallel size N_actor / (TP·PP·CP); 0 when it does not divide.")
-    expert_dp: int = Field(0, description="Expert data-parallel size N_actor / (EP·PP) (ETP 1); 0 when it does not divide.")
+    expert_dp: int | None = Field(
+        None, description="Expert data-parallel size N_actor / (EP·PP) (ETP 1); 0 when it does not divide; null for models without experts.")
     engines: int = Field(0, description="Rollout engines (external: one per address).")
     idle_rollout_gpus: int = Field(0, description="Rollout GPUs left over by whole engines.")
     prefill_gpus: int = Field(0, description="GPUs of the PD prefill group (0 without PD).")
@@ -76,7 +77,9 @@ def derive(exp: Experiment) -> Derived:
     model_par = r.tp * r.pp * r.cp
     dp = n // model_par if n % model_par == 0 else 0
     expert_par = ETP * r.ep * r.pp
-    expert_dp = n // expert_par if n % expert_par == 0 else 0
+    expert_dp: int | None = n // expert_par if n % expert_par == 0 else 0
+    if recipe is not None and recipe.kind != "moe":
+        expert_dp = None  # no experts: the number would only confuse
 
     prefill = decode = 0
     if p.ownership == "external":

@@ -36,7 +36,7 @@ const DERIVED_SHOWN = ["n_actor", "dp", "expert_dp", "engines", "idle_rollout_gp
   "ray_gpus_per_node", "samples_per_rollout", "steps_per_rollout", "global_batch_size", "samples_dropped", "expected_staleness"];
 
 export function drawDerived(d) {
-  $("#derived").innerHTML = DERIVED_SHOWN.filter((k) => d && k in d)
+  $("#derived").innerHTML = DERIVED_SHOWN.filter((k) => d && d[k] != null)
     .map((k) => `<div data-derived="${esc(k)}"><dt>${esc(tr("derived_" + k))}</dt><dd>${esc(fmt(d[k]))}</dd></div>`).join("");
 }
 
