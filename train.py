@@ -33,6 +33,7 @@ def main(argv: list[str]) -> None:
                 dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
             records = rt.build_records(samples)                    # group-normalized advantages
             metrics.update(rt.train(records))                      # optimizer steps
+            rt.ack(rollout_id)                                     # straw queue: trained, drop it
             metrics["perf/sync_time"] = rt.sync_weights()          # trainer -> engines, version += 1
             if eval_due(cfg.eval, rollout_id, last):
                 metrics.update(rt.evaluate(rollout_id))

@@ -38,6 +38,7 @@ def main(argv: list[str]) -> None:
                 dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
             records = rt.build_records(samples)
             metrics.update(rt.train(records))
+            rt.ack(rollout_id)                                     # straw queue: trained, drop it
             metrics["rollout/staleness_mean"] = sum(rt.version - int(s.weight_version or 0)
                                                     for s in samples) / len(samples)
             metrics["perf/sync_time"] = rt.sync_weights()          # waits for the in-flight batch

@@ -119,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
     _bool(g, "--group-rm", "the custom reward receives the whole group of n samples")
     g.add_argument("--custom-generate-function-path", default=None)
     g.add_argument("--sglang-server-concurrency", type=int, default=512)
+    g.add_argument("--over-sampling-batch-size", type=int, default=None,
+                   help="prompts (groups) submitted per sampling round, >= --rollout-batch-size; the first "
+                        "rollout-batch-size groups that finish and pass the filter are kept, the rest aborted")
+    g.add_argument("--dynamic-sampling-filter-path", default=None,
+                   help="module.fn(args, samples) -> bool: keep a finished group? "
+                        "built-in: slime.rollout.filters.nonzero_reward_std")
+    _bool(g, "--partial-rollout", "keep generations aborted at the end of a rollout (tokens, log-probs, weight "
+                                  "version per token) and continue them in a later rollout")
+    _bool(g, "--mask-offpolicy-in-partial-rollout", "tokens a resumed sample got from an older weight version "
+                                                     "are masked out of the loss")
+    g.add_argument("--rollout-queue-dir", default=None,
+                   help="straw: durable rollout queue (payloads + state) in this directory")
+    g.add_argument("--rollout-queue-run-id", default=None,
+                   help="straw run id: the same id resumes the queue, a new experiment takes a fresh id")
 
     g = ap.add_argument_group("algorithm and loss")
     g.add_argument("--advantage-estimator", default="grpo",
@@ -140,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--icepop-low", type=float, default=0.5)
     g.add_argument("--icepop-high", type=float, default=2.0)
     _bool(g, "--use-rollout-logprobs", "use the engine's log-probs as the PPO old policy")
+    _bool(g, "--use-routing-replay", "MoE: replay the routes of the first training forward (needs a MoE backend)")
+    _bool(g, "--use-rollout-routing-replay", "MoE R3: replay the rollout engine's routes in training "
+                                             "(needs a MoE backend and engines that return routes)")
 
     g = ap.add_argument_group("batching and optimizer")
     g.add_argument("--global-batch-size", type=int, default=None)
@@ -276,7 +293,10 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
         rollout=RolloutConfig(ns.rollout_batch_size or 0, ns.n_samples_per_prompt, sampling,
                               ns.rm_type, ns.custom_rm_path, ns.group_rm, ns.reward_key,
                               ns.custom_generate_function_path, ns.rollout_seed,
-                              ns.sglang_server_concurrency),
+                              ns.sglang_server_concurrency, ns.over_sampling_batch_size,
+                              ns.dynamic_sampling_filter_path, ns.partial_rollout,
+                              ns.mask_offpolicy_in_partial_rollout, ns.rollout_queue_dir,
+                              ns.rollout_queue_run_id),
         run=RunConfig(ns.num_rollout, ns.num_epoch, ns.seed),
         model=ModelConfig(ns.hf_checkpoint, ns.ref_load, ns.load, ns.save, ns.save_interval),
         optim=OptimConfig(ns.lr, ns.weight_decay, ns.adam_beta1, ns.adam_beta2, ns.adam_eps, ns.clip_grad),
@@ -286,7 +306,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.eps_clip, ns.eps_clip_high, ns.eps_clip_c, ns.use_kl_loss, ns.kl_loss_coef,
             ns.kl_loss_type, ns.entropy_coef, ns.use_tis, ns.tis_clip, ns.tis_clip_low,
             ns.use_icepop, ns.icepop_low, ns.icepop_high, ns.use_rollout_logprobs,
-            ns.rollout_temperature),
+            ns.rollout_temperature, ns.use_routing_replay, ns.use_rollout_routing_replay),
         batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
                           ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
@@ -399,6 +419,62 @@ def validate(cfg: Config) -> list[str]:
         e.append("--rollout-health-check-interval and --rollout-health-check-timeout must be > 0")
     if cfg.log.use_wandb:
         e.append("--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl")
+    e.extend(_rollout_mode_errors(cfg))
     e.extend(backend_capability_errors(cfg))
     e.extend(model_flag_errors(cfg))
     return e
+
+
+_RUN_ID_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+def _rollout_mode_errors(cfg: Config) -> list[str]:
+    """Over-sampling, dynamic filter, partial rollout and the straw queue (BAT-6/7, PRT-1)."""
+    e: list[str] = []
+    r = cfg.rollout
+    over = r.over_sampling_batch_size
+    if over is not None and over < max(r.rollout_batch_size, 1):
+        e.append(f"--over-sampling-batch-size {over} is below --rollout-batch-size {r.rollout_batch_size}: "
+                 f"each round must submit at least the groups a rollout keeps (BAT-7); use 1.5-3x")
+    if r.dynamic_sampling_filter_path and r.n_samples_per_prompt == 1 and \
+            r.dynamic_sampling_filter_path.endswith("nonzero_reward_std"):
+        e.append("--dynamic-sampling-filter-path nonzero_reward_std with --n-samples-per-prompt 1: a group of one "
+                 "sample has zero reward std, so no group ever passes and generation never finishes (BAT-6)")
+    if r.mask_offpolicy_in_partial_rollout and not r.partial_rollout:
+        e.append("--mask-offpolicy-in-partial-rollout without --partial-rollout does nothing (PRT-1): "
+                 "add --partial-rollout or drop the mask flag")
+    if r.dynamic and r.custom_generate_function_path:
+        e.append("--custom-generate-function-path with --over-sampling-batch-size / --dynamic-sampling-filter-path / "
+                 "--partial-rollout: per-group submission, abort and continuation go through the built-in "
+                 "generation only; drop the generate hook or these flags")
+    if bool(r.queue_dir) != bool(r.queue_run_id):
+        e.append("straw queue: give both --rollout-queue-dir DIR and --rollout-queue-run-id ID")
+    if r.queue_run_id and not set(r.queue_run_id) <= _RUN_ID_CHARS:
+        e.append(f"--rollout-queue-run-id {r.queue_run_id!r}: use letters, digits, '.', '_' and '-' only")
+    if r.queue_dir and r.queue_run_id and set(r.queue_run_id) <= _RUN_ID_CHARS:
+        from slime.rollout.queue import QueueError, check_run_id
+
+        try:
+            check_run_id(r.queue_dir, r.queue_run_id)
+        except QueueError as err:
+            e.append(str(err))
+    return e
+
+
+def warnings(cfg: Config) -> list[str]:
+    """Legal but probably unintended settings (printed once at start-up)."""
+    w: list[str] = []
+    r = cfg.rollout
+    if r.partial_rollout:
+        if not (r.over_sampling_batch_size and r.over_sampling_batch_size > r.rollout_batch_size) \
+                and not r.dynamic_sampling_filter_path:
+            w.append("PRT-1: --partial-rollout without --over-sampling-batch-size > --rollout-batch-size or a "
+                     "dynamic filter: nothing is still in flight when a rollout reaches its target, so nothing "
+                     "is recycled")
+        if not r.mask_offpolicy_in_partial_rollout and not cfg.loss.use_tis:
+            w.append("PRT-1: --partial-rollout with neither --mask-offpolicy-in-partial-rollout nor --use-tis: "
+                     "resumed samples carry tokens of older weight versions that are trained as if on-policy")
+    if r.dynamic_sampling_filter_path and r.over_sampling_batch_size in (None, r.rollout_batch_size):
+        w.append("BAT-7: a dynamic filter without --over-sampling-batch-size > --rollout-batch-size: every "
+                 "dropped group starts another full sampling round (over-sample 1.5-3x)")
+    return w

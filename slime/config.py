@@ -81,6 +81,19 @@ class RolloutConfig:
     custom_generate_function_path: str | None = None
     seed: int = 42
     server_concurrency: int = 512
+    # Over-sampling / dynamic sampling / partial rollout (docs/en/rollout-queue.md).
+    over_sampling_batch_size: int | None = None  # groups submitted per round (>= rollout_batch_size)
+    dynamic_sampling_filter_path: str | None = None  # (args, samples) -> bool: keep this group?
+    partial_rollout: bool = False  # aborted generations go to a buffer and are continued later
+    mask_offpolicy_in_partial_rollout: bool = False  # tokens of older weight versions leave the loss
+    # straw, the persistent rollout queue.
+    queue_dir: str | None = None
+    queue_run_id: str | None = None
+
+    @property
+    def dynamic(self) -> bool:
+        """Per-group generation with abort at the end (over-sampling, a filter or partial rollout)."""
+        return bool(self.over_sampling_batch_size or self.dynamic_sampling_filter_path or self.partial_rollout)
 
 
 @dataclass
@@ -129,6 +142,8 @@ class LossConfig:
     icepop_high: float = 2.0
     use_rollout_logprobs: bool = False
     temperature: float = 1.0  # the sampling temperature: trainer log-probs use the same one
+    use_routing_replay: bool = False  # MoE: replay the first forward's routes in training
+    use_rollout_routing_replay: bool = False  # MoE R3: replay the rollout engine's routes
 
 
 @dataclass

@@ -279,6 +279,9 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
         g.add("--over-sampling-batch-size", ro.over_sampling_batch_size)
     if ro.partial_rollout:
         g.add("--partial-rollout")
+    if ro.queue:
+        g.add("--rollout-queue-dir", Var("QUEUE_STATE_DIR"))
+        g.add("--rollout-queue-run-id", ro.queue_run_id)
     groups.append(g)
 
     g = FlagGroup("Algorithm, loss and optimizer")

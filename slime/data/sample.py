@@ -46,7 +46,11 @@ class Sample:
     # Log-probs of the response tokens under the engine, at the sampling temperature.
     rollout_log_probs: list[float] = field(default_factory=list)
     status: Status = Status.PENDING
-    weight_version: str = ""
+    weight_version: str = ""  # the engine's weight version when the last segment finished
+    # Partial rollout: the weight version that generated each response token (a resumed sample
+    # mixes versions), and the loss mask the manager derives from it (None: every token trains).
+    token_versions: list[int] = field(default_factory=list)
+    loss_mask: list[int] | None = None
     # Filled by the reward step. `reward` is the raw scalar kept for logging; advantages are
     # computed from it by slime.data.batch_builder and never stored back here.
     reward: float | None = None
@@ -59,6 +63,20 @@ class Sample:
     @property
     def response_length(self) -> int:
         return len(self.response_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (partial-rollout buffer in checkpoints, straw queue payloads)."""
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["status"] = self.status.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Sample":
+        d = dict(d)
+        d["status"] = Status(d.get("status", "pending"))
+        return cls(**d)
 
     def describe(self) -> str:
         """A short identification for error messages (which sample broke a hook)."""

@@ -40,7 +40,9 @@ def build_records(samples: list[Sample], n: int, rollout_batch_size: int, estima
     advantages = compute_advantages(rewards, n, estimator, normalize, std_normalization)
     records = []
     for s, a in zip(samples, advantages):
-        mask = [1] * s.response_length
+        mask = list(s.loss_mask) if s.loss_mask is not None else [1] * s.response_length
+        if len(mask) != s.response_length:
+            raise ValueError(f"loss mask of {len(mask)} tokens for a response of {s.response_length}: {s.describe()}")
         records.append(TrainRecord(s.tokens, len(s.prompt_tokens), a, list(s.rollout_log_probs), mask))
     return records
 

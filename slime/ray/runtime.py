@@ -47,6 +47,8 @@ def preflight(cfg: Config) -> dict[str, Any]:
             get_reward_fn(r.rm_type)
         if r.custom_generate_function_path:
             load_function(r.custom_generate_function_path, kind="generate")
+        if r.dynamic_sampling_filter_path:
+            load_function(r.dynamic_sampling_filter_path, kind="dynamic_sampling_filter")
     except (HookLoadError, ValueError) as e:
         problems.append(str(e))
     state: dict[str, Any] = {}
@@ -73,6 +75,10 @@ def preflight(cfg: Config) -> dict[str, Any]:
             problems.append(str(e))
     if problems:
         raise PreflightError(problems)
+    from slime.args import warnings
+
+    for w in warnings(cfg):
+        print(f"[slime] warning: {w}", flush=True)
     ignored = ignored_sglang_flags(cfg)
     if ignored:
         print(f"[slime] note: the embedded engine ignores {', '.join(ignored)}", flush=True)
@@ -168,7 +174,8 @@ class Runtime:
         for j, h in enumerate(rt.engines):
             admin.add_worker(h.url, rt.specs[j].worker_type if rt.specs else "regular")
         rt.manager = RolloutManagerActor.options(max_concurrency=2).remote(
-            cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"))
+            cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"),
+            state.get("partial_buffer"), rt.start_rollout_id)
         ray.get(rt.manager.engine_urls.remote())  # the manager waited for every engine to be healthy
         if cfg.fault.use_fault_tolerance:
             from slime.rollout.fault import HealthMonitor
@@ -270,6 +277,13 @@ class Runtime:
         metrics["perf/train_tokens_per_s"] = tokens / max(metrics["perf/train_time"], 1e-9)
         return metrics
 
+    def ack(self, rollout_id: int) -> None:
+        """Rollout `rollout_id` is trained: the straw queue may drop it (no-op without a queue)."""
+        import ray
+
+        if self.cfg.rollout.queue_dir:
+            ray.get(self.manager.ack.remote(rollout_id))
+
     def sync_weights(self) -> float:
         from slime.rollout.client import RouterAdmin
 
@@ -302,7 +316,7 @@ class Runtime:
 
         nxt = rollout_id + 1
         state = {"next_rollout_id": nxt, "rollout_id": rollout_id, "weight_version": self.version,
-                 "data_position": ray.get(self.manager.position_for.remote(nxt))}
+                 **ray.get(self.manager.state_for.remote(nxt))}  # data position + partial-rollout buffer
         return ray.get(self.trainers[0].save.remote(self.cfg.model.save, nxt, state))
 
     def shutdown(self) -> None:
@@ -310,6 +324,11 @@ class Runtime:
 
         if self.monitor is not None:
             self.monitor.stop()
+        if self.manager is not None:
+            try:
+                ray.get(self.manager.close.remote(), timeout=10)  # the straw queue's lock and files
+            except Exception:  # noqa: BLE001 - best effort: the actor may already be gone
+                pass
         owned = [a for h in self.engines for a in [h.actor, *getattr(h, "others", [])] if a is not None]
         for a in [*owned, self.router]:
             try:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
 from slime.config import DataConfig, EvalConfig, RolloutConfig, SamplingConfig
 from slime.data.dataset import DataPosition, PromptRecord, PromptSource, load_prompts
-from slime.data.sample import FINISH_TO_STATUS, Sample
+from slime.data.sample import FINISH_TO_STATUS, Sample, Status
 from slime.rollout.client import EngineClient, GenerateResult, RouterAdmin
 from slime.rollout.rewards import RewardScorer
 from slime.rollout.router import split_evenly
@@ -52,7 +52,8 @@ def _seed(base: int, rollout_id: int, prompt_id: int) -> int:
 
 class RolloutManager:
     def __init__(self, data: DataConfig, rollout: RolloutConfig, eval_cfg: EvalConfig,
-                 hf_checkpoint: str, router_url: str, position: dict[str, int] | None = None):
+                 hf_checkpoint: str, router_url: str, position: dict[str, int] | None = None,
+                 partial_buffer: list[list[dict]] | None = None, start_rollout_id: int = 0):
         from slime.backends.embedded.model import load_tokenizer
 
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
@@ -72,7 +73,53 @@ class RolloutManager:
 
             self.generate_hook = load_function(rollout.custom_generate_function_path, kind="generate")
         self.eval_sets = {name: self._load(path, f"--eval-prompt-data {name}") for name, path in eval_cfg.datasets}
+        # Partial rollout: groups aborted (or finished unused) at the end of a rollout, oldest first.
+        self.buffer: list[list[Sample]] = [[Sample.from_dict(d) for d in g] for g in (partial_buffer or [])]
+        self.buffers: dict[int, list[list[dict]]] = {}
+        self.filter_hook = None
+        if rollout.dynamic_sampling_filter_path:
+            from slime.rewards.hooks import load_function
+
+            self.filter_hook = load_function(rollout.dynamic_sampling_filter_path, kind="dynamic_sampling_filter")
+        self.queue = None
+        self.queued: dict[int, int] = {}  # rollout id -> queue seq of a generated, not yet trained rollout
+        if rollout.queue_dir:
+            self._open_queue(start_rollout_id)
         self.wait_engines()
+
+    # -- straw queue -----------------------------------------------------------------------------
+    def _open_queue(self, start_rollout_id: int) -> None:
+        from slime.rollout.queue import RolloutQueue
+
+        self.queue = RolloutQueue(self.rollout.queue_dir, self.rollout.queue_run_id)
+        for seq, payload in self.queue.pending():
+            rid = int(payload["rollout_id"])
+            if rid < start_rollout_id:  # trained and checkpointed already: its ack was lost
+                self.queue.ack(seq)
+            else:
+                self.queued[rid] = seq
+        if self.queued or any(self.queue.recovered.values()):
+            print(f"[slime] straw queue {self.rollout.queue_dir} (run {self.rollout.queue_run_id}): resumed with "
+                  f"rollouts {sorted(self.queued)} generated and not trained yet; recovered {self.queue.recovered}",
+                  flush=True)
+
+    def ack(self, rollout_id: int) -> None:
+        """The trainer consumed rollout `rollout_id`: drop it from the queue (durably)."""
+        seq = self.queued.pop(rollout_id, None)
+        if self.queue is not None and seq is not None:
+            self.queue.ack(seq)
+
+    def close(self) -> None:
+        """Release the straw queue (its lock) before the actor goes away."""
+        if self.queue is not None:
+            self.queue.close()
+
+    def state_for(self, rollout_id: int) -> dict[str, Any]:
+        """What a checkpoint saved before rollout `rollout_id` needs: data position + partial buffer."""
+        buf = self.buffers.get(rollout_id)
+        if buf is None:
+            buf = [[s.to_dict() for s in g] for g in self.buffer]
+        return {"data_position": self.position_for(rollout_id), "partial_buffer": buf}
 
     def wait_engines(self, timeout: float = 300.0) -> list[str]:
         """Every registered engine healthy (they were registered after their readiness probe)."""
@@ -144,29 +191,165 @@ class RolloutManager:
             samples[i] = s
 
     def generate(self, rollout_id: int) -> tuple[list[Sample], dict[str, float]]:
+        if rollout_id in self.queued:  # generated before a restart, never trained: no regeneration
+            payload = self.queue.get(self.queued[rollout_id])
+            self.positions[rollout_id] = self.source.position
+            self.buffers[rollout_id] = [[s.to_dict() for s in g] for g in self.buffer]
+            self.source.position = DataPosition.from_dict(payload["position_after"])
+            self.buffer = [[Sample.from_dict(d) for d in g] for g in payload["partial_after"]]
+            return [Sample.from_dict(d) for d in payload["samples"]], {**payload["metrics"], "rollout/from_queue": 1.0}
         t0 = time.monotonic()
         r = self.rollout
         self.positions[rollout_id] = self.source.position
-        batch = self.source.next_batch(r.rollout_batch_size)
-        samples = self._samples_for(batch, r.n_samples_per_prompt)
+        self.buffers[rollout_id] = [[s.to_dict() for s in g] for g in self.buffer]
         seed_of = lambda s: _seed(r.seed, rollout_id, s.prompt_id)  # noqa: E731
-        if self.generate_hook:
-            self._run_hook(samples, r.sampling, seed_of)
+        extra: dict[str, float] = {}
+        if r.dynamic:
+            samples, metrics, extra = self._generate_dynamic(rollout_id, seed_of)
+            t1 = time.monotonic()
         else:
-            self._run_engines(samples, r.n_samples_per_prompt, r.sampling, seed_of)
-        t1 = time.monotonic()
-        metrics = self.scorer.score(samples, r.n_samples_per_prompt)
+            batch = self.source.next_batch(r.rollout_batch_size)
+            samples = self._samples_for(batch, r.n_samples_per_prompt)
+            if self.generate_hook:
+                self._run_hook(samples, r.sampling, seed_of)
+            else:
+                self._run_engines(samples, r.n_samples_per_prompt, r.sampling, seed_of)
+            t1 = time.monotonic()
+            metrics = self.scorer.score(samples, r.n_samples_per_prompt)
         from slime.metrics import rollout_metrics
 
         tokens = sum(s.response_length for s in samples)
-        metrics = {**rollout_metrics(samples, metrics), "perf/rollout_time": t1 - t0,
+        metrics = {**rollout_metrics(samples, metrics), **extra, "perf/rollout_time": t1 - t0,
                    "perf/reward_time": time.monotonic() - t1,
                    "perf/rollout_tokens_per_s": tokens / max(t1 - t0, 1e-9)}
         if r.rm_type == "deepscaler" and not r.custom_rm_path and metrics.get("rollout/no_think_block_ratio", 0) > 0:
             print(f"[slime] warning: rollout {rollout_id}: {metrics['rollout/no_think_block_ratio']:.0%} of responses "
                   f"have no </think>; deepscaler scores them 0 (use --rm-type math for non-reasoning models)",
                   flush=True)
+        if self.queue is not None:  # durable before the trainer sees it (acked after the train step)
+            self.queued[rollout_id] = self.queue.put({
+                "kind": "rollout", "rollout_id": rollout_id, "samples": [s.to_dict() for s in samples],
+                "metrics": metrics, "position_after": self.source.position.to_dict(),
+                "partial_after": [[s.to_dict() for s in g] for g in self.buffer]})
         return samples, metrics
+
+    # -- over-sampling, dynamic filter, partial rollout ------------------------------------------
+    def _generate_dynamic(self, rollout_id: int, seed_of) -> tuple[list[Sample], dict[str, float], dict[str, float]]:
+        """Submit groups (one request each) in rounds of --over-sampling-batch-size; keep the first
+        rollout_batch_size that finish and pass the filter; abort the rest on every engine, collect
+        their partial outputs, and (--partial-rollout) buffer them for a later rollout."""
+        r = self.rollout
+        n, target = r.n_samples_per_prompt, r.rollout_batch_size
+        per_round = max(r.over_sampling_batch_size or target, target)
+        kept: list[list[Sample]] = []
+        leftovers: list[list[Sample]] = []
+        summaries: list[tuple[int, dict[str, float]]] = []
+        st = {"filtered": 0, "rounds": 0, "resumed": 0, "fresh": 0}
+        pending: set[Future] = set()
+        budget = 4 * len(self.records) + 4 * per_round  # prompts this rollout may draw before giving up
+        with ThreadPoolExecutor(max(1, min(64, r.server_concurrency // n, per_round))) as pool:
+            while len(kept) < target:
+                if not pending:
+                    if st["fresh"] >= budget:
+                        raise RuntimeError(
+                            f"rollout {rollout_id}: {st['fresh']} prompts drawn and only {len(kept)} of {target} "
+                            f"groups passed --dynamic-sampling-filter-path {r.dynamic_sampling_filter_path} "
+                            f"({st['filtered']} dropped); the filter rejects nearly every group of this data")
+                    st["rounds"] += 1
+                    groups = [self.buffer.pop(0) for _ in range(min(per_round, len(self.buffer)))]
+                    st["resumed"] += sum(s.status == Status.ABORTED for g in groups for s in g)
+                    fresh = per_round - len(groups)
+                    if fresh:
+                        groups += [self._samples_for([b], n) for b in self.source.next_batch(fresh)]
+                        st["fresh"] += fresh
+                    pending = {pool.submit(self._run_group, g, seed_of) for g in groups}
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in done:
+                    group = f.result()
+                    if len(kept) >= target:
+                        leftovers.append(group)
+                        continue
+                    summaries.append((len(group), self.scorer.score(group, n)))
+                    if self._keep(group):
+                        kept.append(group)
+                    else:
+                        st["filtered"] += 1
+            if pending:  # the target is reached: abort everything still running (partial output comes back)
+                self._abort_engines()
+                for f in wait(pending).done:
+                    leftovers.append(f.result())
+        aborted = sum(s.status == Status.ABORTED for g in leftovers for s in g)
+        if r.partial_rollout:
+            self.buffer.extend(leftovers)
+        samples = []
+        for g, group in enumerate(kept):
+            for s in group:
+                s.group_index = g
+                samples.append(s)
+        total = sum(k for k, _ in summaries) or 1
+        keys = {key for _, d in summaries for key in d}
+        metrics = {key: sum(k * d.get(key, 0.0) for k, d in summaries) / total for key in keys}
+        newest = max((v for s in samples for v in s.token_versions), default=0)
+        tokens = sum(len(s.token_versions) for s in samples)
+        old = sum(v < newest for s in samples for v in s.token_versions)
+        if r.mask_offpolicy_in_partial_rollout:
+            for s in samples:
+                s.loss_mask = [int(v >= newest) for v in s.token_versions]
+        extra = {"rollout/filtered_groups": float(st["filtered"]), "rollout/aborted_samples": float(aborted),
+                 "rollout/over_sampling_rounds": float(st["rounds"]),
+                 "rollout/partial_resumed_samples": float(st["resumed"]),
+                 "rollout/offpolicy_token_frac": old / max(tokens, 1),
+                 "rollout/partial_buffer_groups": float(len(self.buffer))}
+        return samples, metrics, extra
+
+    def _keep(self, group: list[Sample]) -> bool:
+        if self.filter_hook is None:
+            return True
+        from slime.rollout.filters import filter_keeps
+
+        return filter_keeps(self.filter_hook(self.ctx, group))
+
+    def _abort_engines(self) -> None:
+        """POST /abort_request {"abort_all": true} to every engine (sglang-protocol.md section 3)."""
+        for url in self.engine_urls():
+            c = EngineClient(url, retries=2)
+            try:
+                c.abort(abort_all=True)
+            finally:
+                c.close()
+
+    def _run_group(self, group: list[Sample], seed_of) -> list[Sample]:
+        """Generate (or continue) one group. Fresh: one request, n samples. Resumed: each unfinished
+        sample sends prompt + its partial tokens with the remaining budget, and is extended."""
+        sp = self.rollout.sampling
+        todo = [s for s in group if s.status in (Status.PENDING, Status.ABORTED)]
+        if not todo:
+            return group
+        if all(s.status == Status.PENDING and not s.response_tokens for s in group):
+            outs = self.client.generate([list(group[0].prompt_tokens)],
+                                        sampling_params(sp, len(group), seed_of(group[0])))
+            if len(outs) != len(group):
+                raise RuntimeError(f"router returned {len(outs)} outputs for a group of {len(group)}")
+            for s, out in zip(group, outs):
+                _extend(s, out, self.tokenizer)
+            return group
+        rows, params = [], []
+        for s in todo:
+            left = sp.max_response_len - s.response_length
+            if left <= 0:
+                s.status = Status.TRUNCATED
+                continue
+            k = group.index(s)
+            rows.append(s)
+            params.append({**sampling_params(sp, 1, seed_of(s) + 7_919 * (k + 1) + s.response_length),
+                           "max_new_tokens": left})
+        if rows:
+            outs = self.client.generate([list(s.prompt_tokens) + list(s.response_tokens) for s in rows], params)
+            if len(outs) != len(rows):
+                raise RuntimeError(f"router returned {len(outs)} outputs for {len(rows)} resumed samples")
+            for s, out in zip(rows, outs):
+                _extend(s, out, self.tokenizer)
+        return group
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         out = {}
@@ -188,9 +371,30 @@ class RolloutManager:
         return [w["url"] for w in self.router.list_workers()]
 
 
+def _version(v: str) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _fill(s: Sample, out: GenerateResult) -> None:
     s.response_tokens = out.output_ids
     s.rollout_log_probs = out.output_logprobs
     s.response = out.text
+    s.status = FINISH_TO_STATUS.get(out.finish_type, FINISH_TO_STATUS["abort"])
+    s.weight_version = out.weight_version
+    s.token_versions = [_version(out.weight_version)] * len(out.output_ids)
+
+
+def _extend(s: Sample, out: GenerateResult, tokenizer) -> None:
+    """Append one generation segment (a continuation keeps the tokens generated before)."""
+    if not s.response_tokens:
+        _fill(s, out)
+        return
+    s.response_tokens = list(s.response_tokens) + list(out.output_ids)
+    s.rollout_log_probs = list(s.rollout_log_probs) + list(out.output_logprobs)
+    s.token_versions = list(s.token_versions) + [_version(out.weight_version)] * len(out.output_ids)
+    s.response = tokenizer.decode(s.response_tokens, skip_special_tokens=True)
     s.status = FINISH_TO_STATUS.get(out.finish_type, FINISH_TO_STATUS["abort"])
     s.weight_version = out.weight_version

@@ -56,6 +56,16 @@ def backend_capability_errors(cfg) -> list[str]:
                          f"(data parallel only); use 1, or --train-backend megatron")
         if cfg.megatron.get("optimizer_cpu_offload"):
             e.append("--optimizer-cpu-offload: the embedded trainer keeps AdamW on the model's device")
+        loss = cfg.loss
+        if getattr(loss, "use_routing_replay", False):
+            e.append("--use-routing-replay: the embedded trainer runs dense Hugging Face models and has no MoE "
+                     "router to replay; drop the flag, or use --train-backend megatron with a MoE model")
+        if getattr(loss, "use_rollout_routing_replay", False):
+            e.append("--use-rollout-routing-replay (R3): the embedded trainer runs dense models and cannot replay "
+                     "the rollout's MoE routes; drop the flag, or use --train-backend megatron with a MoE model")
+    if c.rollout_backend == "embedded" and not c.external and getattr(cfg.loss, "use_rollout_routing_replay", False):
+        e.append("--use-rollout-routing-replay (R3): the embedded engine returns no routed experts "
+                 "(return_routed_experts); use --rollout-backend sglang with --sglang-enable-return-routed-experts")
     if c.rollout_backend == "embedded" and not c.external:
         if c.sglang_config or c.prefill_num_servers:
             e.append("--sglang-config / --prefill-num-servers: server groups and PD need --rollout-backend sglang")

@@ -54,7 +54,9 @@ class EngineCore:
         self.released = False
         self.lock = threading.Lock()  # one forward pass at a time; updates wait for it
         self.busy = 0
-        self._abort_all = False
+        # abort_all aborts every request present when it is called, running or waiting for the
+        # lock (SGLang: running and queued); requests that arrive later are not affected.
+        self._abort_epoch = 0
         self._abort_rids: set[str] = set()
         self.step_delay_s = 0.0  # tests and benchmarks: slow decoding down to act mid-request
 
@@ -63,13 +65,13 @@ class EngineCore:
         if self.released:
             raise EngineError("engine memory is released; POST /resume_memory_occupation first", 503)
         self.busy += 1
+        epoch = self._abort_epoch
         try:
             with self.lock:
-                self._abort_all = False
                 def abort(i: int) -> bool:
                     if i == 0 and self.step_delay_s:
                         time.sleep(self.step_delay_s)
-                    return self._abort_all or req.rids[i] in self._abort_rids
+                    return self._abort_epoch != epoch or req.rids[i] in self._abort_rids
 
                 rows = sample(self.model, req.input_ids, req.params, self.pad_id, self.eos_ids,
                               self.generator, abort)
@@ -98,7 +100,7 @@ class EngineCore:
 
     def abort(self, rid: str = "", abort_all: bool = False) -> None:
         if abort_all:
-            self._abort_all = True
+            self._abort_epoch += 1
         elif rid:
             self._abort_rids.add(rid)
 
