@@ -434,10 +434,13 @@ function selectTab(name) {
 async function init() {
   // Start the locale and the first API request at once, before the DOM is parsed (the module is
   // async); draw when both are in and the DOM is ready.
-  state.lang = localStorage.getItem(LANG_KEY) === "zh" ? "zh" : "en";
-  const locP = loadLocale(state.lang);
+  const boot = window.slimeBoot; // requests the page's inline script already started
+  state.lang = boot ? boot.lang : (localStorage.getItem(LANG_KEY) === "zh" ? "zh" : "en");
+  if (boot) boot.locale.then((loc) => { state.locs[state.lang] = loc; }, () => {});
+  const locP = boot ? boot.locale.catch(() => loadLocale(state.lang)) : loadLocale(state.lang);
   let stored = null;
-  try { stored = JSON.parse(localStorage.getItem(STORE_KEY) || "null"); } catch { stored = null; }
+  if (boot) stored = boot.stored;
+  else { try { stored = JSON.parse(localStorage.getItem(STORE_KEY) || "null"); } catch { stored = null; } }
   state.ws = stored;
   const hash = location.hash;
   let action = { type: "view" };
@@ -445,12 +448,18 @@ async function init() {
     action = { type: "open_share", link: hash };
     history.replaceState(null, "", location.pathname + location.search); // the fragment has done its job
   }
-  const first = request(action, stored);
+  const first = boot && action.type === "view" ? boot.first : request(action, stored);
+  performance.mark("lab:init");
   if (document.readyState === "loading") await new Promise((r) => document.addEventListener("DOMContentLoaded", r, { once: true }));
+  performance.mark("lab:dom");
   bindEvents();
+  performance.mark("lab:bound");
   ui.loc = await locP;
   if (state.lang !== "en") applyLocale();
-  let ok = receive(await first);
+  const firstAnswer = await first;
+  performance.mark("lab:data");
+  let ok = receive(firstAnswer);
+  performance.mark("lab:drawn");
   if (ok && action.type === "open_share") toast(tr("share_opened"));
   if (!ok && action.type === "open_share") {
     const msg = $("#error").textContent;
