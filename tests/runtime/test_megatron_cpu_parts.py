@@ -115,7 +115,8 @@ def test_moe_and_mla_specs_map_to_config_fields():
 
 
 def test_specs_needing_custom_layers_are_refused_by_name():
-    for name, flag in (("glm4-9B.sh", "--post-self-attn-layernorm"), ("qwen3.5-27B.sh", "--hybrid-linear-attention")):
+    for name, flag in (("glm4-9B.sh", "--post-self-attn-layernorm"), ("qwen3.5-27B.sh", "--hybrid-linear-attention"),
+                       ("glm5.2-744B-A40B.sh", "--enable-dsa-indexer")):
         with pytest.raises(ModelArgsError, match=flag):
             transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / name))
 
@@ -159,7 +160,7 @@ def test_parallel_optimizer_and_recompute_flags():
         lr, weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad = 1e-6, 0.1, 0.9, 0.98, 1e-8, 1.0
 
     o = optimizer_kwargs({"optimizer_cpu_offload": True}, Optim)
-    assert o["optimizer_cpu_offload"] and o["use_distributed_optimizer"] and o["use_precision_aware_optimizer"]
+    assert o["optimizer_cpu_offload"] and o["use_distributed_optimizer"] and not o["use_precision_aware_optimizer"]
     assert o["optimizer_offload_fraction"] == 1.0 and o["lr"] == 1e-6 and o["adam_beta2"] == 0.98
     o = optimizer_kwargs({}, Optim)  # the distributed optimizer is the default
     assert o["use_distributed_optimizer"] and not o["optimizer_cpu_offload"] and o["optimizer_offload_fraction"] == 0.0

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Training throughput of the Megatron trainer (GRPO loss, packed micro-batches) on one GPU.
+
+What is timed: ``MegatronTrainer.train(records, num_steps=1)`` with rollout log-probs given
+(``--use-rollout-logprobs``, so no extra forward pass), i.e. forward + the shared GRPO loss
+(slime/training/loss.py) + backward + optimizer step, on random weights and random tokens.
+
+FLOPs per step (reported as model TFLOP/s; no recomputation is counted):
+  6 * (matmul parameters incl. the output layer) * tokens
+  + 6 * layers * heads * head_dim * sum(seq_len^2)        (causal attention, fwd + bwd)
+MFU is that over the bf16 dense peak measured on the machine (--peak-tflops, default 790).
+
+    python bench/bench_megatron.py --shape llama3.2-3b --steps 4 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SHAPES = {
+    # name: (layers, hidden, ffn, heads, kv groups, head dim, vocab)
+    "qwen2.5-1.5b": (28, 1536, 8960, 12, 2, 128, 151936),
+    "qwen2.5-3b": (36, 2048, 11008, 16, 2, 128, 151936),
+    "llama3.2-3b": (28, 3072, 8192, 24, 8, 128, 128256),
+    "qwen2.5-7b-16l": (16, 3584, 18944, 28, 4, 128, 152064),
+}
+
+
+def flags_for(shape: str) -> dict:
+    L, h, f, nh, ng, d, v = SHAPES[shape]
+    return {"num_layers": L, "hidden_size": h, "ffn_hidden_size": f, "num_attention_heads": nh,
+            "group_query_attention": True, "num_query_groups": ng, "kv_channels": d, "swiglu": True,
+            "disable_bias_linear": True, "add_qkv_bias": True, "normalization": "RMSNorm", "norm_epsilon": 1e-6,
+            "position_embedding_type": "rope", "rotary_base": 1000000, "untie_embeddings_and_output_weights": True,
+            "vocab_size": v, "seq_length": 32768, "max_position_embeddings": 32768}
+
+
+def param_counts(shape: str) -> tuple[int, int]:
+    """(matmul params incl. output layer, all params)."""
+    L, h, f, nh, ng, d, v = SHAPES[shape]
+    layer = h * (nh + 2 * ng) * d + nh * d * h + 3 * h * f
+    matmul = L * layer + v * h
+    total = matmul + v * h + L * (2 * h + (nh + 2 * ng) * d) + h
+    return matmul, total
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", default="llama3.2-3b", choices=sorted(SHAPES))
+    ap.add_argument("--seq-len", type=int, default=4096)
+    ap.add_argument("--pack-tokens", type=int, default=8192, help="--max-tokens-per-gpu (one micro-batch)")
+    ap.add_argument("--micro-batches", type=int, default=4, help="micro-batches per optimizer step")
+    ap.add_argument("--steps", type=int, default=4, help="timed steps (after --warmup)")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--attention", default="sdpa", choices=["sdpa", "local"])
+    ap.add_argument("--recompute", default=None, choices=[None, "full", "selective"])
+    ap.add_argument("--peak-tflops", type=float, default=790.0)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from slime.backends.megatron.trainer import MegatronTrainer
+    from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
+    from slime.data.train_data import TrainRecord
+
+    flags = flags_for(a.shape)
+    if a.recompute:
+        flags.update(recompute_granularity=a.recompute, recompute_num_layers=1)
+    seqs_per_pack = max(1, a.pack_tokens // a.seq_len)
+    n_records = seqs_per_pack * a.micro_batches
+    t_build = time.time()
+    trainer = MegatronTrainer(flags, ModelConfig(), OptimConfig(lr=1e-6, weight_decay=0.1), 
+                              LossConfig(use_rollout_logprobs=True),
+                              BatchConfig(use_dynamic_batch_size=True, max_tokens_per_gpu=a.pack_tokens),
+                              attention=a.attention)
+    build_s = time.time() - t_build
+    rng = random.Random(0)
+    vocab = flags["vocab_size"]
+    prompt = a.seq_len // 4
+
+    def records():
+        out = []
+        for i in range(n_records):
+            toks = [rng.randrange(vocab) for _ in range(a.seq_len)]
+            r = a.seq_len - prompt
+            out.append(TrainRecord(toks, prompt, 1.0 if i % 2 else -1.0, [-rng.random() * 5 for _ in range(r)], [1] * r))
+        return out
+
+    batches = [records() for _ in range(2)]
+    for i in range(a.warmup):
+        trainer.train(batches[i % 2], 1)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(a.steps):
+        torch.cuda.synchronize()
+        t0 = time.time()
+        m = trainer.train(batches[i % 2], 1)
+        torch.cuda.synchronize()
+        times.append(time.time() - t0)
+    step = sorted(times)[len(times) // 2]
+    tokens = n_records * a.seq_len
+    L, h, f, nh, ng, d, v = SHAPES[a.shape]
+    matmul, total = param_counts(a.shape)
+    flops = 6 * matmul * tokens + 6 * L * nh * d * n_records * a.seq_len ** 2
+    tflops = flops / step / 1e12
+    res = {"shape": a.shape, "params_total": total, "params_matmul": matmul, "seq_len": a.seq_len,
+           "pack_tokens": a.pack_tokens, "micro_batches": a.micro_batches, "tokens_per_step": tokens,
+           "attention": a.attention, "recompute": a.recompute, "step_s_median": round(step, 4),
+           "step_s_all": [round(t, 4) for t in times], "tokens_per_s": round(tokens / step),
+           "model_tflops": round(tflops, 1), "mfu_vs_peak": round(tflops / a.peak_tflops, 4),
+           "peak_tflops_assumed": a.peak_tflops, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1),
+           "build_s": round(build_s, 1), "pg_loss": m.get("train/pg_loss"), "grad_norm": m.get("train/grad_norm"),
+           "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    try:
+        import megatron.core
+
+        res["megatron_core"] = megatron.core.__version__
+    except Exception:
+        pass
+    print(json.dumps(res), flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    sys.exit(main())

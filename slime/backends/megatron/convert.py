@@ -1,0 +1,287 @@
+"""Checkpoint conversion: HF safetensors <-> Megatron torch_dist (megatron.core.dist_checkpointing).
+
+Entry points (thin CLIs in tools/ call these):
+- :func:`main_hf_to_torch_dist` (``tools/convert_hf_to_torch_dist_megatron.py``)
+- :func:`main_torch_dist_to_hf` (``tools/convert_torch_dist_to_hf.py``)
+
+Order of work for HF -> torch_dist, so that a wrong checkpoint costs nothing:
+1. read the spec and ``config.json`` and refuse on any disagreement (no library, no weight loaded);
+2. start the process group and build the model skeleton (no random init);
+3. read this rank's tensors lazily from the safetensors files, printing progress per layer;
+4. ``dist_checkpointing.save`` into ``SAVE/release`` and write Megatron's tracker file.
+
+Conversion parallelism is its own (``--pp``, default: every rank is a pipeline stage when the
+layer count allows), never training's: torch_dist reshards on load, so a checkpoint written with
+PP=4 loads into TP=2/PP=2 training. It runs on CPUs through gloo (no GPU needed) and across
+nodes through torchrun: set ``CONVERT_MASTER_ADDR`` (and optionally ``CONVERT_MASTER_PORT``) and
+``CONVERT_NODE_RANK`` on each node and pass ``--nnodes``/``--nproc-per-node``; the tool starts
+torchrun itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+TRACKER = "latest_checkpointed_iteration.txt"
+META = "slime_checkpoint.json"
+
+
+def _log(msg: str) -> None:
+    rank = os.environ.get("RANK", "0")
+    world = os.environ.get("WORLD_SIZE", "1")
+    print(f"[convert {rank}/{world}] {msg}", flush=True)
+
+
+def checkpoint_subdir(load_dir: str | Path) -> Path:
+    """The directory holding the torch_dist files, following Megatron's tracker file."""
+    load_dir = Path(load_dir)
+    tracker = load_dir / TRACKER
+    if tracker.exists():
+        it = tracker.read_text().strip()
+        return load_dir / ("release" if it == "release" else f"iter_{int(it):07d}")
+    if (load_dir / "metadata.json").exists():  # pointed at the iteration dir itself
+        return load_dir
+    raise FileNotFoundError(f"{load_dir}: no {TRACKER} and no torch_dist metadata.json")
+
+
+def write_tracker(save_dir: str | Path, iteration: int | str) -> None:
+    (Path(save_dir) / TRACKER).write_text(str(iteration))
+
+
+def _want_gpu(use_gpu: bool | None) -> bool:
+    """Conversion runs on GPUs (nccl) where there are some: megatron-core's torch_dist writer and
+    reader put their bookkeeping tensors on the current CUDA device. ``False`` forces gloo + CPU
+    (fine for reading weights; the writer then needs a CUDA device all the same)."""
+    import torch
+
+    return torch.cuda.is_available() if use_gpu is None else use_gpu
+
+
+def _default_pp(num_layers: int, world: int) -> int:
+    for pp in range(min(world, num_layers), 0, -1):
+        if world % pp == 0 and num_layers % pp == 0:
+            return pp
+    return 1
+
+
+def maybe_launch_torchrun(argv: Sequence[str], nnodes: int, nproc_per_node: int, script: str) -> int | None:
+    """Re-run this tool under torchrun when asked for several processes and not inside one yet."""
+    if (nnodes * nproc_per_node) <= 1 or "LOCAL_RANK" in os.environ:
+        return None
+    master = os.environ.get("CONVERT_MASTER_ADDR", "127.0.0.1")
+    node_rank = os.environ.get("CONVERT_NODE_RANK", "0")
+    if nnodes > 1 and "CONVERT_MASTER_ADDR" not in os.environ:
+        raise SystemExit("multi-node conversion: set CONVERT_MASTER_ADDR (and CONVERT_NODE_RANK on each node)")
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node_rank}",
+           f"--nproc-per-node={nproc_per_node}", f"--master-addr={master}",
+           f"--master-port={os.environ.get('CONVERT_MASTER_PORT', '29611')}", script, *argv]
+    _log("launching: " + " ".join(cmd))
+    return subprocess.call(cmd)
+
+
+# --- HF -> torch_dist -------------------------------------------------------------------------
+
+
+def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp: int | None = None,
+                     tp: int = 1, use_gpu: bool | None = None, progress: Callable[[str], None] = _log) -> Path:
+    """Convert; returns ``save_dir``. ``spec``: a spec file, an argv list or a flag dict."""
+    from slime.backends.megatron.model_args import check_hf_config, load_flags, unsupported_flags
+    from slime.backends.megatron import hf_mapping as hm
+
+    flags = load_flags(spec)
+    t0 = time.time()
+    check_hf_config(flags, hf_dir)  # 1. refuse before anything moves
+    hm.require_dense(flags)
+    bad = unsupported_flags(flags)
+    if bad:
+        raise SystemExit("; ".join(bad))
+    save_dir = Path(save_dir)
+    out = save_dir / "release"
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} is not empty; remove it or choose another --save")
+
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+
+    from slime.backends.megatron.model import HFReader, build_model, init_parallel, load_hf_into
+
+    use_gpu = _want_gpu(use_gpu)
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    pp = pp or _default_pp(int(flags["num_layers"]), world // tp)
+    par = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}
+    init_parallel(par, backend=None if use_gpu else "gloo")
+    model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
+    reader = HFReader(hf_dir)
+    progress(f"spec agrees with {hf_dir}/config.json; reading weights (tp={tp}, pp={pp}, world={world})")
+    moved = load_hf_into(model, flags, reader.get,
+                         progress=lambda m: progress(f"{m} read ({time.time() - t0:.1f} s)"))
+    progress(f"{moved / 2**30:.2f} GiB read into this rank's shard; saving torch_dist to {out}")
+    if dist.get_rank() == 0:
+        out.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    state = {"model": model.sharded_state_dict(), "checkpoint_version": 3.0, "iteration": 0}
+    dist_checkpointing.save(state, str(out))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        write_tracker(save_dir, "release")
+        meta = {"source": str(Path(hf_dir).resolve()), "format": "torch_dist", "model_args": flags,
+                "conversion_parallel": par, "seconds": round(time.time() - t0, 1)}
+        (save_dir / META).write_text(json.dumps(meta, indent=1, default=str))
+        for name in ("config.json", "generation_config.json"):
+            if (Path(hf_dir) / name).exists():
+                shutil.copy(Path(hf_dir) / name, save_dir / f"hf_{name}")
+    progress(f"done in {time.time() - t0:.1f} s")
+    return save_dir
+
+
+# --- torch_dist -> HF -------------------------------------------------------------------------
+
+
+def load_model_checkpoint(model, load_dir: str | Path, strict: bool = True) -> dict[str, Any]:
+    """Load the ``model`` part of a torch_dist checkpoint into ``model`` (any parallel layout)."""
+    from megatron.core import dist_checkpointing
+
+    from slime.backends.megatron.model import unwrap
+
+    m = unwrap(model)
+    ckpt = checkpoint_subdir(load_dir)
+    state = dist_checkpointing.load({"model": m.sharded_state_dict()}, str(ckpt))
+    missing, unexpected = m.load_state_dict(state["model"], strict=False)
+    missing = [k for k in missing if not k.endswith("_extra_state")]
+    if strict and (missing or unexpected):
+        raise KeyError(f"checkpoint {ckpt} does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return state
+
+
+def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf_template: str | Path | None = None,
+                     shard_bytes: int = 5 * 2**30, dtype: str = "bfloat16", use_gpu: bool | None = None,
+                     progress: Callable[[str], None] = _log) -> Path:
+    """Write safetensors shards + index (+ config/tokenizer from ``hf_template``) to ``out_dir``."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from safetensors.torch import save_file
+
+    from slime.backends.megatron import hf_mapping as hm
+    from slime.backends.megatron.model import bucketed, build_model, hf_config_from_flags, init_parallel, iter_hf_tensors
+    from slime.backends.megatron.model_args import check_hf_config, load_flags
+
+    flags = load_flags(spec)
+    hm.require_dense(flags)
+    if hf_template is not None:
+        check_hf_config(flags, hf_template)
+    t0 = time.time()
+    use_gpu = _want_gpu(use_gpu)
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    pp = _default_pp(int(flags["num_layers"]), world)
+    par = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": pp}
+    init_parallel(par, backend=None if use_gpu else "gloo")
+    model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
+    load_model_checkpoint(model, load_dir)
+    progress(f"loaded {checkpoint_subdir(load_dir)} ({time.time() - t0:.1f} s); writing HF shards")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pp_rank = ps.get_pipeline_model_parallel_rank()
+    dp_rank = ps.get_data_parallel_rank()
+    weight_map: dict[str, str] = {}
+    if dp_rank == 0:  # one writer per pipeline stage
+        tensors = iter_hf_tensors(model, flags, dtype=getattr(torch, dtype), device="cpu")
+        for i, bucket in enumerate(bucketed(tensors, shard_bytes)):
+            fname = f"model-pp{pp_rank:03d}-{i:05d}.safetensors"
+            save_file({n: t.contiguous() for n, t in bucket}, str(out_dir / fname), metadata={"format": "pt"})
+            weight_map.update({n: fname for n, _ in bucket})
+            progress(f"wrote {fname} ({len(bucket)} tensors)")
+    maps: list[dict[str, str]] = [None] * dist.get_world_size()  # type: ignore[list-item]
+    dist.all_gather_object(maps, weight_map)
+    if dist.get_rank() == 0:
+        merged: dict[str, str] = {}
+        for m in maps:
+            merged.update(m)
+        expected = set(hm.iter_hf_names(hm.dims_from_flags(flags)))
+        if set(merged) != expected:
+            raise RuntimeError(f"export incomplete: missing {sorted(expected - set(merged))[:5]}, "
+                               f"extra {sorted(set(merged) - expected)[:5]}")
+        total = sum((out_dir / f).stat().st_size for f in set(merged.values()))
+        (out_dir / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": dict(sorted(merged.items()))}, indent=1))
+        if hf_template is not None:
+            for f in Path(hf_template).iterdir():
+                if f.is_file() and not f.name.endswith(".safetensors") and f.name != "model.safetensors.index.json":
+                    shutil.copy(f, out_dir / f.name)
+        else:
+            (out_dir / "config.json").write_text(json.dumps(hf_config_from_flags(flags), indent=1))
+    dist.barrier()
+    progress(f"done in {time.time() - t0:.1f} s -> {out_dir}")
+    return out_dir
+
+
+# --- CLIs -------------------------------------------------------------------------------------
+
+
+def _common(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--model-args", required=True,
+                    help="the model spec: scripts/models/<model>.sh (its MODEL_ARGS array)")
+    ap.add_argument("--nnodes", type=int, default=1, help="nodes taking part (torchrun is started for you)")
+    ap.add_argument("--nproc-per-node", type=int, default=1, help="processes per node")
+    ap.add_argument("--cpu", action="store_true",
+                    help="build the model on the CPU over gloo even where GPUs exist (default: GPUs when present)")
+
+
+def main_hf_to_torch_dist(argv: Sequence[str] | None = None, script: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="convert_hf_to_torch_dist (megatron)",
+                                 description="HF safetensors -> Megatron torch_dist, checked against the model spec first")
+    ap.add_argument("--hf-checkpoint", required=True)
+    ap.add_argument("--save", required=True, help="output dir (gets release/ and Megatron's tracker file)")
+    ap.add_argument("--pp", type=int, default=None, help="conversion pipeline stages (default: all ranks)")
+    ap.add_argument("--tp", type=int, default=1, help="conversion tensor parallelism (default 1; loads reshard anyway)")
+    _common(ap)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = ap.parse_args(argv)
+    from slime.backends.megatron.model_args import ConfigMismatchError, check_hf_config, load_flags
+
+    try:  # refuse a mismatch before torchrun, process groups or weights
+        check_hf_config(load_flags(a.model_args), a.hf_checkpoint)
+    except ConfigMismatchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rc = maybe_launch_torchrun(argv, a.nnodes, a.nproc_per_node, script or sys.argv[0])
+    if rc is not None:
+        return rc
+    hf_to_torch_dist(a.hf_checkpoint, a.save, a.model_args, pp=a.pp, tp=a.tp, use_gpu=False if a.cpu else None)
+    return 0
+
+
+def main_torch_dist_to_hf(argv: Sequence[str] | None = None, script: str | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="convert_torch_dist_to_hf",
+                                 description="Megatron torch_dist -> HF safetensors (bf16 by default)")
+    ap.add_argument("--load", required=True, help="torch_dist dir (with the tracker file) or its iteration dir")
+    ap.add_argument("--save", required=True, help="output HF dir")
+    ap.add_argument("--hf-template", default=None,
+                    help="HF dir whose config.json/tokenizer files are copied (and checked against the spec)")
+    ap.add_argument("--shard-gb", type=float, default=5.0)
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    _common(ap)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = ap.parse_args(argv)
+    from slime.backends.megatron.model_args import ConfigMismatchError, check_hf_config, load_flags
+
+    if a.hf_template:
+        try:
+            check_hf_config(load_flags(a.model_args), a.hf_template)
+        except ConfigMismatchError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    rc = maybe_launch_torchrun(argv, a.nnodes, a.nproc_per_node, script or sys.argv[0])
+    if rc is not None:
+        return rc
+    torch_dist_to_hf(a.load, a.save, a.model_args, hf_template=a.hf_template,
+                     shard_bytes=int(a.shard_gb * 2**30), dtype=a.dtype, use_gpu=False if a.cpu else None)
+    return 0

@@ -1,0 +1,270 @@
+"""Build megatron-core's GPTModel from the model spec, and move weights between it and HF files.
+
+Used by the trainer (GPU, NCCL) and by conversion (CPU or GPU, gloo): both build the same module
+tree, so a torch_dist checkpoint written by one loads in the other with any parallel layout
+(megatron-core's dist_checkpointing reshards on load).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+
+from slime.backends.megatron import hf_mapping as hm
+from slime.backends.megatron.model_args import (gpt_model_kwargs, is_mla, layer_spec_kwargs, padded_vocab_size,
+                                                parallel_kwargs, transformer_config_kwargs)
+
+_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_parallel(megatron: Mapping[str, Any], backend: str | None = None, seed: int = 1234) -> dict[str, int]:
+    """torch.distributed (torchrun's env, or a single local process) + megatron's process groups.
+
+    Returns the parallel sizes. ``backend`` defaults to nccl on a GPU, gloo otherwise.
+    """
+    from megatron.core import parallel_state as ps
+
+    par = parallel_kwargs(megatron)
+    if not dist.is_initialized():
+        rank = int(os.environ.get("RANK", 0))
+        world = int(os.environ.get("WORLD_SIZE", 1))
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        use_cuda = torch.cuda.is_available() and backend != "gloo"
+        if use_cuda:
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend or ("nccl" if use_cuda else "gloo"), rank=rank, world_size=world)
+    if not ps.model_parallel_is_initialized():
+        ps.initialize_model_parallel(
+            tensor_model_parallel_size=par["tensor_model_parallel_size"],
+            pipeline_model_parallel_size=par["pipeline_model_parallel_size"],
+            virtual_pipeline_model_parallel_size=par.get("virtual_pipeline_model_parallel_size"),
+            context_parallel_size=par["context_parallel_size"],
+            expert_model_parallel_size=par["expert_model_parallel_size"],
+            expert_tensor_parallel_size=par.get("expert_tensor_parallel_size"),
+        )
+    if torch.cuda.is_available() and dist.get_backend() == "nccl":
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+        model_parallel_cuda_manual_seed(seed)
+    return par
+
+
+def make_config(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = None, **overrides):
+    """TransformerConfig (MLATransformerConfig for MLA specs) from the spec + training flags."""
+    from megatron.core.transformer import MLATransformerConfig, TransformerConfig
+
+    kw = transformer_config_kwargs(flags, megatron or {})
+    kw["activation_func"] = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[kw["activation_func"]]
+    kw["params_dtype"] = _DTYPES[kw["params_dtype"]]
+    kw["pipeline_dtype"] = kw["params_dtype"]  # what pipeline stages send each other
+    kw.update(overrides)
+    cls = MLATransformerConfig if is_mla(flags) else TransformerConfig
+    return cls(**kw)
+
+
+def layer_spec(flags: Mapping[str, Any], attention: str = "sdpa"):
+    """megatron-core's local layer spec; core attention swapped for SDPA/flash (attention.py)."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    spec = get_gpt_layer_local_spec(**layer_spec_kwargs(flags))
+    if attention == "sdpa":
+        from slime.backends.megatron.attention import SDPACoreAttention
+
+        spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
+    elif attention != "local":
+        raise ValueError(f"attention must be 'sdpa' or 'local', got {attention!r}")
+    return spec
+
+
+def build_model(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = None, *, attention: str = "sdpa",
+                cpu: bool = False, init_weights: bool = True, vp_stage: int | None = None, **config_overrides):
+    """One GPTModel chunk for this rank's pipeline stage (parallel state must be initialised)."""
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+
+    megatron = megatron or {}
+    overrides = dict(config_overrides)
+    if cpu:
+        overrides.update(use_cpu_initialization=True)
+    if not init_weights:
+        overrides.update(perform_initialization=False)
+    config = make_config(flags, megatron, **overrides)
+    tp = ps.get_tensor_model_parallel_world_size()
+    mkw = gpt_model_kwargs(flags, tp)
+    model = GPTModel(
+        config, layer_spec(flags, attention),
+        pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
+        post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
+        parallel_output=True, vp_stage=vp_stage, **mkw,
+    )
+    if not cpu and torch.cuda.is_available():
+        model = model.cuda(torch.cuda.current_device())
+    return model
+
+
+# --- names with global layer numbers ----------------------------------------------------------
+
+
+def unwrap(model):
+    while hasattr(model, "module"):
+        model = model.module
+    return model
+
+
+def global_named_parameters(model) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """``named_parameters`` with pipeline-local layer indices replaced by global ones."""
+    m = unwrap(model)
+    offsets = {}
+    if getattr(m, "decoder", None) is not None:
+        offsets = {j: layer.layer_number - 1 for j, layer in enumerate(m.decoder.layers)}
+    for name, p in m.named_parameters():
+        if name.startswith("decoder.layers."):
+            j, rest = name[len("decoder.layers."):].split(".", 1)
+            name = f"decoder.layers.{offsets[int(j)]}.{rest}"
+        yield name, p
+
+
+# --- HF -> model ------------------------------------------------------------------------------
+
+
+class HFReader:
+    """Lazy reader of an HF safetensors checkpoint (one tensor at a time, by name)."""
+
+    def __init__(self, hf_dir: str | Path):
+        from safetensors import safe_open
+
+        self.dir = Path(hf_dir)
+        index = self.dir / "model.safetensors.index.json"
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+        else:
+            files = sorted(self.dir.glob("*.safetensors"))
+            if not files:
+                raise FileNotFoundError(f"no *.safetensors in {self.dir}")
+            weight_map = {}
+            for f in files:
+                with safe_open(str(f), "pt") as h:
+                    weight_map.update({k: f.name for k in h.keys()})
+        self.weight_map = weight_map
+        self._open = safe_open
+        self._handles: dict[str, Any] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.weight_map
+
+    def get(self, name: str) -> torch.Tensor:
+        if name not in self.weight_map:
+            raise KeyError(f"{name} not found in {self.dir}")
+        fname = self.weight_map[name]
+        if fname not in self._handles:
+            self._handles[fname] = self._open(str(self.dir / fname), "pt")
+        return self._handles[fname].get_tensor(name)
+
+
+@torch.no_grad()
+def load_hf_into(model, flags: Mapping[str, Any], get: Callable[[str], torch.Tensor],
+                 progress: Callable[[str], None] | None = None) -> int:
+    """Fill this rank's shard of ``model`` from HF tensors; returns the bytes copied."""
+    from megatron.core import parallel_state as ps
+
+    hm.require_dense(flags)
+    d = hm.dims_from_flags(flags)
+    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
+    padded = padded_vocab_size(flags, tp)
+    moved = 0
+    last_layer = None
+    for name, p in global_named_parameters(model):
+        full = hm.hf_to_mcore(name, get, d, padded)
+        shard = hm.shard_for_tp(name, full, tp, tp_rank)
+        if tuple(shard.shape) != tuple(p.shape):
+            raise ValueError(f"{name}: HF gives {tuple(shard.shape)}, the model has {tuple(p.shape)}")
+        p.copy_(shard.to(dtype=p.dtype, device=p.device))
+        moved += shard.numel() * shard.element_size()
+        if progress is not None and name.startswith("decoder.layers."):
+            layer = int(name.split(".")[2])
+            if layer != last_layer:
+                last_layer = layer
+                progress(f"layer {layer + 1}/{d.num_layers}")
+    return moved
+
+
+# --- model -> HF ------------------------------------------------------------------------------
+
+
+def _gather_tp(name: str, t: torch.Tensor) -> torch.Tensor:
+    from megatron.core import parallel_state as ps
+
+    tp = ps.get_tensor_model_parallel_world_size()
+    if tp == 1 or hm.tp_axis(name) is None:
+        return t
+    shards = [torch.empty_like(t) for _ in range(tp)]
+    dist.all_gather(shards, t.contiguous(), group=ps.get_tensor_model_parallel_group())
+    return hm.merge_tp(name, shards)
+
+
+@torch.no_grad()
+def iter_hf_tensors(model, flags: Mapping[str, Any], dtype: torch.dtype | None = None,
+                    device: str | torch.device | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """This pipeline stage's weights under HF names, TP-merged (every TP rank gets them all).
+
+    ``dtype`` casts (None keeps the training dtype); ``device`` moves (None keeps them on the GPU).
+    """
+    hm.require_dense(flags)
+    d = hm.dims_from_flags(flags)
+    for name, p in global_named_parameters(model):
+        if d.tied and name == "output_layer.weight":
+            continue  # tied: the HF checkpoint has embed_tokens only
+        full = _gather_tp(name, p.data)
+        for hf_name, t in hm.mcore_to_hf(name, full, d):
+            if dtype is not None:
+                t = t.to(dtype)
+            if device is not None:
+                t = t.to(device)
+            yield hf_name, t
+
+
+def bucketed(named: Iterator[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Group (name, tensor) pairs into lists of at most ``bucket_bytes`` (a bigger tensor alone)."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    used = 0
+    for name, t in named:
+        size = t.numel() * t.element_size()
+        if bucket and used + size > bucket_bytes:
+            yield bucket
+            bucket, used = [], 0
+        bucket.append((name, t))
+        used += size
+    if bucket:
+        yield bucket
+
+
+def hf_config_from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
+    """A config.json for the dense model when no HF template directory is given."""
+    d = hm.dims_from_flags(flags)
+    qwen = d.qkv_bias
+    from slime.backends.megatron.model_args import _float, _int
+
+    return {
+        "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"],
+        "model_type": "qwen2" if qwen else "llama",
+        "hidden_size": d.hidden, "intermediate_size": _int(flags, "ffn_hidden_size"),
+        "num_hidden_layers": d.num_layers, "num_attention_heads": d.heads,
+        "num_key_value_heads": d.groups, "head_dim": d.head_dim, "vocab_size": d.vocab,
+        "rms_norm_eps": _float(flags, "norm_epsilon", 1e-6), "rope_theta": _float(flags, "rotary_base", 10000.0),
+        "max_position_embeddings": _int(flags, "max_position_embeddings", 32768),
+        "tie_word_embeddings": d.tied, "hidden_act": "silu", "torch_dtype": "bfloat16",
+        **({} if qwen else {"attention_bias": False, "mlp_bias": False}),
+    }

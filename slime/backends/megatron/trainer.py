@@ -1,0 +1,419 @@
+"""The Megatron trainer: megatron-core GPTModel + DDP + (distributed) optimizer, packed micro-batches.
+
+Same public surface as ``slime.backends.embedded.trainer.EmbeddedTrainer`` (``log_probs``,
+``train``, ``named_weights``) plus ``export_hf_weights`` (HF-named buckets, what weight sync
+sends), ``save`` / ``load`` (torch_dist). The loss is ``slime.training.loss.compute_total_loss``
+and the records, steps, rank shards and packs come from ``slime.data.train_data`` /
+``batch_builder.pack_samples``: nothing of the algorithm is re-implemented here.
+
+Micro-batches are packed THD rows (one row holding several sequences, ``cu_seqlens`` marking
+them) so no compute is spent on padding; with ``--use-dynamic-batch-size`` a pack holds at most
+``--max-tokens-per-gpu`` tokens. Log-probs are taken at response positions only.
+Pipeline parallelism goes through megatron-core's schedules (``forward_backward_func``); TP, EP,
+DP and the distributed optimizer through its process groups. CP needs ring attention (Transformer
+Engine), which this build does not have: it is refused at start-up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+import torch.distributed as dist
+
+from slime.backends.megatron import model as mm
+from slime.backends.megatron.convert import checkpoint_subdir, load_model_checkpoint, write_tracker
+from slime.backends.megatron.model_args import (_int, check_hf_config, load_flags, optimizer_kwargs,
+                                                parallel_kwargs)
+from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
+from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.training.loss import LossConfig as LossFnConfig
+from slime.training.loss import compute_total_loss, entropy_from_logits, gather_log_probs
+
+
+# megatron-core 0.19's default optimizer layout (fully_sharded_model_space) needs flattened
+# ShardedTensors, which its own checkpointing now refuses; dp_reshardable is Megatron-LM's default.
+# Model weights reshard freely on load; optimizer state resumes at the same data-parallel size.
+OPTIM_CKPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+
+
+def loss_fn_config(loss: LossConfig) -> LossFnConfig:
+    """Runtime LossConfig -> the loss function's config (same rule as the embedded trainer)."""
+    from slime.backends.embedded.trainer import loss_fn_config as embedded_rule
+
+    return embedded_rule(loss)
+
+
+@dataclass
+class Pack:
+    """One packed micro-batch on the GPU."""
+
+    records: list[TrainRecord]
+    tokens: torch.Tensor  # [1, t] (t padded to a multiple of tp when sequence parallel)
+    position_ids: torch.Tensor  # [1, t]
+    packed: Any  # megatron PackedSeqParams
+    logit_rows: torch.Tensor  # [n_resp] rows of the logits that predict response tokens
+    targets: torch.Tensor  # [n_resp] the response tokens
+    resp_lens: list[int]
+
+
+def build_pack(records: list[TrainRecord], device: torch.device, pad_to: int = 1) -> Pack:
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    toks: list[int] = []
+    pos: list[int] = []
+    cu = [0]
+    rows: list[int] = []
+    targets: list[int] = []
+    for r in records:
+        start = len(toks)
+        toks.extend(r.tokens)
+        pos.extend(range(len(r.tokens)))
+        cu.append(len(toks))
+        # Response token j sits at start + prompt_len + j and is predicted by the row before it.
+        rows.extend(range(start + r.prompt_len - 1, start + len(r.tokens) - 1))
+        targets.extend(r.tokens[r.prompt_len:])
+    extra = (-len(toks)) % pad_to
+    if extra:  # a dummy sequence so the row splits evenly over TP ranks (sequence parallel)
+        toks.extend([0] * extra)
+        pos.extend(range(extra))
+        cu.append(len(toks))
+    cu_t = torch.tensor(cu, dtype=torch.int32, device=device)
+    max_len = max(b - a for a, b in zip(cu[:-1], cu[1:]))
+    packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu_t, cu_seqlens_kv=cu_t,
+                             max_seqlen_q=max_len, max_seqlen_kv=max_len)
+    return Pack(records, torch.tensor([toks], device=device), torch.tensor([pos], device=device), packed,
+                torch.tensor(rows, dtype=torch.long, device=device), torch.tensor(targets, dtype=torch.long, device=device),
+                [r.response_len for r in records])
+
+
+def _pad_rows(flat: torch.Tensor, lens: list[int]) -> torch.Tensor:
+    """Concatenated per-record values -> [B, max_len] (zeros after each record's end)."""
+    out = flat.new_zeros(len(lens), max(lens) if lens else 0)
+    off = 0
+    for i, n in enumerate(lens):
+        out[i, :n] = flat[off:off + n]
+        off += n
+    return out
+
+
+def _rows_to_tensor(values: list[list[float]], device) -> torch.Tensor:
+    width = max((len(v) for v in values), default=0)
+    out = torch.zeros(len(values), width, device=device)
+    for i, v in enumerate(values):
+        if v:
+            out[i, :len(v)] = torch.tensor(v, device=device)
+    return out
+
+
+class MegatronTrainer:
+    def __init__(self, megatron: Mapping[str, Any], model: ModelConfig, optim: OptimConfig, loss: LossConfig,
+                 batch: BatchConfig, seed: int = 1234, model_args: Any = None, attention: str = "sdpa"):
+        """``megatron``: the Megatron pass-through flags (cfg.megatron, which holds MODEL_ARGS
+        too); ``model_args``: a spec file / argv / dict that overrides the model flags."""
+        self.megatron = dict(megatron)
+        self.flags = {**self.megatron, **(load_flags(model_args) if model_args is not None else {})}
+        self.model_cfg, self.optim_cfg, self.loss_cfg, self.batch_cfg = model, optim, loss, batch
+        self.fn_cfg = loss_fn_config(loss)
+        par = parallel_kwargs(self.flags)
+        if par["context_parallel_size"] > 1:
+            raise NotImplementedError("--context-parallel-size > 1 needs Transformer Engine's ring attention, "
+                                      "which this Megatron build does not use; use TP/PP instead")
+        hf = model.hf_checkpoint
+        if hf:  # the HF names and config.json weight sync targets: refuse before allocating anything
+            check_hf_config(self.flags, hf)
+        mm.init_parallel(self.flags, seed=seed)
+        from megatron.core import parallel_state as ps
+        from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
+                                               finalize_model_grads)
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+        self.ps = ps
+        self.device = torch.device("cuda", torch.cuda.current_device())
+        module = mm.build_model(self.flags, self.flags, attention=attention)
+        self.config = module.config
+        okw = optimizer_kwargs(self.flags, optim)
+        okw["params_dtype"] = mm._DTYPES[okw["params_dtype"]]
+        self.opt_config = OptimizerConfig(**okw)
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=bool(self.flags.get("overlap_grad_reduce")),
+            overlap_param_gather=bool(self.flags.get("overlap_param_gather")),
+            use_distributed_optimizer=self.opt_config.use_distributed_optimizer)
+        self.model = DistributedDataParallel(config=self.config, ddp_config=ddp_config, module=module)
+        self.module = module
+        self.optimizer = get_megatron_optimizer(self.opt_config, [self.model])
+        wd = self.opt_config.weight_decay
+        self.scheduler = OptimizerParamScheduler(
+            self.optimizer, init_lr=optim.lr, max_lr=optim.lr, min_lr=self.opt_config.min_lr or 0.0,
+            lr_warmup_steps=0, lr_decay_steps=1, lr_decay_style="constant", start_wd=wd, end_wd=wd,
+            wd_incr_steps=1, wd_incr_style="constant")
+        self.config.no_sync_func = self.model.no_sync
+        self.config.finalize_model_grads_func = finalize_model_grads
+        self.config.grad_scale_func = self.optimizer.scale_loss
+        self.iteration = 0
+        self.ref_state: dict[str, torch.Tensor] | None = None
+
+        # Weights: --load (resume) > --ref-load > --hf-checkpoint (checked against the spec above).
+        if model.load and Path(model.load, "latest_checkpointed_iteration.txt").exists():
+            self.load(model.load)
+        elif model.ref_load:
+            load_model_checkpoint(self.model, model.ref_load)
+        elif hf:
+            mm.load_hf_into(self.model, self.flags, mm.HFReader(hf).get)
+        if self.dp_size > 1:
+            self.model.broadcast_params()
+        self.optimizer.reload_model_params()  # fp32 main params from the loaded bf16 weights
+        if loss.use_kl_loss:
+            self.ref_state = self._snapshot()
+            if model.ref_load and model.load and model.ref_load != model.load:
+                actor = self._snapshot()
+                load_model_checkpoint(self.model, model.ref_load)
+                self.ref_state = self._snapshot()
+                self._restore(actor)
+
+    @classmethod
+    def from_config(cls, cfg, **kw) -> "MegatronTrainer":
+        return cls(cfg.megatron, cfg.model, cfg.optim, cfg.loss, cfg.batch, seed=cfg.run.seed, **kw)
+
+    # -- parallel helpers ------------------------------------------------------------------------
+    @property
+    def dp_rank(self) -> int:
+        return self.ps.get_data_parallel_rank()
+
+    @property
+    def dp_size(self) -> int:
+        return self.ps.get_data_parallel_world_size()
+
+    def _is_last_stage(self) -> bool:
+        return self.ps.is_pipeline_last_stage(ignore_virtual=True)
+
+    def _pad_to(self) -> int:
+        tp = self.ps.get_tensor_model_parallel_world_size()
+        return tp if self.config.sequence_parallel else 1
+
+    def _snapshot(self) -> dict[str, torch.Tensor]:
+        return {n: p.detach().to("cpu", copy=True) for n, p in mm.unwrap(self.model).named_parameters()}
+
+    @torch.no_grad()
+    def _restore(self, state: Mapping[str, torch.Tensor]) -> None:
+        for n, p in mm.unwrap(self.model).named_parameters():
+            p.copy_(state[n].to(p.device, non_blocking=True))
+
+    # -- log-probs from logits ----------------------------------------------------------------------
+    def _response_log_probs(self, logits: torch.Tensor, pack: Pack, with_entropy: bool = False):
+        """logits [1, t, V_local] -> (log-probs [n_resp] float32, entropy [n_resp] or None)."""
+        vocab = _int(self.flags, "vocab_size")
+        rows = logits[0].index_select(0, pack.logit_rows)
+        temp = self.loss_cfg.temperature
+        if self.ps.get_tensor_model_parallel_world_size() == 1:
+            rows = rows[:, :vocab]  # drop megatron's padded vocabulary rows
+            lp = gather_log_probs(rows, pack.targets, temp)
+            ent = entropy_from_logits(rows, temp, chunk_size=4096) if with_entropy else None
+            return lp, ent
+        # Vocab-parallel logits: megatron's cross entropy is the TP-aware log-softmax.
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+        tp_rank = self.ps.get_tensor_model_parallel_rank()
+        local = rows.shape[-1]
+        lo = tp_rank * local
+        scaled = rows.float() / temp
+        if lo + local > vocab:  # mask the padded tail of the vocabulary
+            col = torch.arange(lo, lo + local, device=rows.device)
+            scaled = scaled.masked_fill(col >= vocab, float("-inf"))
+        lp = -vocab_parallel_cross_entropy(scaled.unsqueeze(1), pack.targets.unsqueeze(1)).squeeze(1)
+        return lp, None
+
+    # -- schedules ---------------------------------------------------------------------------------
+    def _run(self, packs: list[Pack], loss_func, forward_only: bool) -> list[Any]:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def forward_step(data_iterator, model):
+            pack = next(data_iterator)
+            out = model(pack.tokens, pack.position_ids, None, packed_seq_params=pack.packed)
+            return out, partial(loss_func, pack)
+
+        fwd_bwd = get_forward_backward_func()
+        return fwd_bwd(forward_step_func=forward_step, data_iterator=iter(packs), model=[self.model],
+                       num_microbatches=len(packs), seq_length=max(p.tokens.shape[1] for p in packs),
+                       micro_batch_size=1, forward_only=forward_only)
+
+    def _packs(self, records: list[TrainRecord]) -> list[Pack]:
+        cap = self.batch_cfg.max_tokens_per_gpu if self.batch_cfg.use_dynamic_batch_size else None
+        return [build_pack(mb, self.device, self._pad_to())
+                for mb in micro_batches(records, self.batch_cfg.micro_batch_size, cap)]
+
+    def _from_last_stage(self, obj: Any) -> Any:
+        """Share a Python object computed on the last pipeline stage with the whole PP group."""
+        pp = self.ps.get_pipeline_model_parallel_world_size()
+        if pp == 1:
+            return obj
+        group = self.ps.get_pipeline_model_parallel_group()
+        src = dist.get_global_rank(group, pp - 1)
+        box = [obj]
+        dist.broadcast_object_list(box, src=src, group=group)
+        return box[0]
+
+    # -- public API --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def log_probs(self, records: list[TrainRecord], use_ref: bool = False) -> list[list[float]]:
+        """Response-token log-probs at the rollout temperature, one list per record (every rank
+        passes the same records; each computes them; no DP split here)."""
+        if use_ref and self.ref_state is None:
+            raise ValueError("no reference weights: enable --use-kl-loss (and --ref-load)")
+        self.model.eval()
+        backup = None
+        if use_ref:
+            backup = self._snapshot()
+            self._restore(self.ref_state)
+        try:
+            out: list[list[float]] = []
+
+            def collect(pack: Pack, logits: torch.Tensor):
+                lp, _ = self._response_log_probs(logits, pack)
+                vals = lp.float().cpu().split(pack.resp_lens)
+                out.extend(v.tolist() for v in vals)
+                return logits.new_zeros(()), {}
+
+            self._run(self._packs(records), collect, forward_only=True)
+        finally:
+            if backup is not None:
+                self._restore(backup)
+            self.model.train()
+        return self._from_last_stage(out if self._is_last_stage() else None)
+
+    def train(self, records: list[TrainRecord], num_steps: int) -> dict[str, float]:
+        """``num_steps`` optimizer steps over this rollout's records (same contract as the
+        embedded trainer: old log-probs are taken before the first update)."""
+        t0 = time.time()
+        # This DP rank's records per optimizer step. Old (and reference) log-probs are computed
+        # before the first update, shard by shard with the packs training will use, so at the
+        # first micro-batch the ratio is exactly 1.
+        plan = [rank_shard(step, self.dp_rank, self.dp_size) for step in split_steps(records, num_steps)]
+        olds: dict[int, list[float]] | None = None if self.loss_cfg.use_rollout_logprobs else {}
+        refs: dict[int, list[float]] | None = None if self.ref_state is None else {}
+        for shard in plan:
+            if olds is not None:
+                olds.update(zip(map(id, shard), self.log_probs(shard)))
+            if refs is not None:
+                refs.update(zip(map(id, shard), self.log_probs(shard, use_ref=True)))
+        sums: dict[str, float] = {}
+        count = 0
+        for shard in plan:
+            packs = self._packs(shard)
+            n_mb = len(packs)
+            step_metrics: list[dict[str, float]] = []
+
+            def loss_func(pack: Pack, logits: torch.Tensor):
+                lp, ent = self._response_log_probs(logits, pack, with_entropy=self.loss_cfg.entropy_coef != 0)
+                lp = _pad_rows(lp, pack.resp_lens)
+                ent = _pad_rows(ent, pack.resp_lens) if ent is not None else None
+                dev = lp.device
+                mask = _rows_to_tensor([r.response_mask for r in pack.records], dev)
+                adv = torch.tensor([r.advantage for r in pack.records], device=dev)
+                rollout = _rows_to_tensor([r.rollout_log_probs for r in pack.records], dev) \
+                    if all(len(r.rollout_log_probs) == r.response_len for r in pack.records) else None
+                if olds is None and rollout is None:
+                    raise ValueError("--use-rollout-logprobs needs the engine's log-probs on every record")
+                old = rollout if olds is None else _rows_to_tensor([olds[id(r)] for r in pack.records], dev)
+                ref = _rows_to_tensor([refs[id(r)] for r in pack.records], dev) if refs is not None else None
+                loss, metrics = compute_total_loss(lp, old, adv, mask, self.fn_cfg, ref_log_probs=ref,
+                                                   rollout_log_probs=rollout, entropy=ent)
+                step_metrics.append(metrics)
+                # The schedule divides by the number of micro-batches; weigh packs by samples.
+                return loss * (len(pack.records) / len(shard)) * n_mb, {}
+
+            self.model.zero_grad_buffer()
+            self.optimizer.zero_grad()
+            self.model.train()
+            self._run(packs, loss_func, forward_only=False)
+            ok, grad_norm, _ = self.optimizer.step()
+            self.scheduler.step(increment=1)
+            self.iteration += 1
+            for m in step_metrics:
+                for k, v in m.items():
+                    sums[k] = sums.get(k, 0.0) + v
+                count += 1
+            if grad_norm is not None:
+                sums["train/grad_norm"] = sums.get("train/grad_norm", 0.0) + float(grad_norm) * len(step_metrics)
+            if not ok:
+                sums["train/skipped_steps"] = sums.get("train/skipped_steps", 0.0) + len(step_metrics)
+        out = {k: v / max(count, 1) for k, v in sums.items()}
+        out = self._mean_over_dp(out)
+        out["perf/train_seconds"] = time.time() - t0
+        return out
+
+    def _mean_over_dp(self, metrics: dict[str, float]) -> dict[str, float]:
+        if dist.get_world_size() == 1:
+            return metrics
+        metrics = self._from_last_stage(metrics if self._is_last_stage() else None) or {}
+        keys = sorted(metrics)
+        if not keys:
+            return metrics
+        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, group=self.ps.get_data_parallel_group())
+        return {k: float(v) / self.dp_size for k, v in zip(keys, t)}
+
+    # -- weights out -------------------------------------------------------------------------------
+    def export_hf_weights(self, bucket_bytes: int = 512 * 2**20, dtype: torch.dtype = torch.bfloat16
+                          ) -> Iterator[list[tuple[str, torch.Tensor]]]:
+        """This pipeline stage's weights under HF names, TP-merged, in buckets of <= bucket_bytes
+        (on the GPU; weight sync broadcasts them or moves them to the CPU)."""
+        return mm.bucketed(mm.iter_hf_tensors(self.model, self.flags, dtype=dtype), bucket_bytes)
+
+    def named_weights(self) -> dict[str, torch.Tensor]:
+        """All HF-named weights on the CPU (the embedded trainer's hand-off form)."""
+        return {n: t.to("cpu") for bucket in self.export_hf_weights() for n, t in bucket}
+
+    def offload(self) -> None:
+        raise NotImplementedError("colocated Megatron training needs GPU memory release (torch_memory_saver); "
+                                  "not in this build: run the Megatron trainer disaggregated")
+
+    onload = offload
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def save(self, save_dir: str | Path, iteration: int | None = None, with_optimizer: bool | None = None) -> Path:
+        """torch_dist checkpoint ``save_dir/iter_NNNNNNN`` + Megatron's tracker file."""
+        from megatron.core import dist_checkpointing
+
+        it = self.iteration if iteration is None else iteration
+        if with_optimizer is None:
+            with_optimizer = not self.flags.get("no_save_optim")
+        out = Path(save_dir) / f"iter_{it:07d}"
+        if dist.get_rank() == 0:
+            out.mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+        model_sd = mm.unwrap(self.model).sharded_state_dict()
+        state: dict[str, Any] = {"model": model_sd, "iteration": it, "checkpoint_version": 3.0}
+        if with_optimizer:
+            state["optimizer"] = self.optimizer.sharded_state_dict(model_sd, metadata=OPTIM_CKPT_METADATA)
+            state["opt_param_scheduler"] = self.scheduler.state_dict()
+        dist_checkpointing.save(state, str(out))
+        dist.barrier()
+        if dist.get_rank() == 0:
+            write_tracker(save_dir, it)
+        return out
+
+    def load(self, load_dir: str | Path, with_optimizer: bool | None = None) -> None:
+        from megatron.core import dist_checkpointing
+
+        ckpt = checkpoint_subdir(load_dir)
+        if with_optimizer is None:
+            with_optimizer = not self.flags.get("no_load_optim") and ckpt.name != "release"
+        model_sd = mm.unwrap(self.model).sharded_state_dict()
+        request: dict[str, Any] = {"model": model_sd}
+        if with_optimizer:
+            request["optimizer"] = self.optimizer.sharded_state_dict(model_sd, is_loading=True,
+                                                                     metadata=OPTIM_CKPT_METADATA)
+        state = dist_checkpointing.load(request, str(ckpt))
+        mm.unwrap(self.model).load_state_dict(state["model"], strict=False)
+        if with_optimizer:
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            self.optimizer.reload_model_params()
+        it = state.get("iteration", 0)
+        self.iteration = int(it) if isinstance(it, (int, float)) else 0

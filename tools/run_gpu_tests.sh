@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run the GPU tests (pytest -m gpu tests/gpu) and, with --bench, the Megatron throughput benchmark,
+# on a machine with an NVIDIA GPU. Wheels carried in .whl/ (megatron-core for Python 3.12, see
+# docs/en/megatron.md) are installed into /tmp/site first; nothing is fetched from a registry.
+#
+#   tools/run_gpu_tests.sh                                  # tests only
+#   tools/run_gpu_tests.sh --bench llama3.2-3b,qwen2.5-3b   # tests, then the benchmark shapes
+#   tools/run_gpu_tests.sh --bench-only llama3.2-3b -- --seq-len 8192
+#
+# Logs and results go to $OUT (the GPU machine's return folder) or runs/gpu-tests/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+BENCH="" TESTS=1 EXTRA=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bench) BENCH="$2"; shift 2 ;;
+    --bench-only) BENCH="$2"; TESTS=0; shift 2 ;;
+    --) shift; EXTRA=("$@"); break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+OUT_DIR="${OUT:-runs/gpu-tests}"
+mkdir -p "$OUT_DIR"
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || { echo "installing the carried wheels failed" >&2; exit 3; }
+  export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
+fi
+export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 SLIME_GPU_TEST_OUT="$OUT_DIR"
+export PYTORCH_CUDA_ALLOC_CONF="${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}"
+
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  python3 -c 'import sys, torch, transformers, megatron.core as m; print("python", sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__, "megatron-core", m.__version__)'
+} 2>&1 | tee "$OUT_DIR/environment.txt"
+
+rc=0
+if [ "$TESTS" = 1 ]; then
+  python3 -m pytest -m gpu tests/gpu -v -s -p no:cacheprovider --durations=10 2>&1 | tee "$OUT_DIR/gpu_tests.log"
+  rc=${PIPESTATUS[0]}
+fi
+
+if [ -n "$BENCH" ]; then
+  IFS=',' read -r -a shapes <<<"$BENCH"
+  for shape in "${shapes[@]}"; do
+    echo "== bench_megatron.py --shape $shape ${EXTRA[*]}" | tee -a "$OUT_DIR/bench.log"
+    python3 bench/bench_megatron.py --shape "$shape" "${EXTRA[@]}" >"$OUT_DIR/bench_one.log" 2>&1
+    brc=$?
+    grep -v -i "warn" "$OUT_DIR/bench_one.log" | tail -n 15 >>"$OUT_DIR/bench.log"
+    grep '^{' "$OUT_DIR/bench_one.log" >>"$OUT_DIR/bench_results.jsonl"
+    [ $brc -ne 0 ] && echo "bench $shape exited $brc" | tee -a "$OUT_DIR/bench.log"
+  done
+  rm -f "$OUT_DIR/bench_one.log"
+fi
+exit $rc
