@@ -38,8 +38,13 @@ MEGATRON_FLAGS = {
     "--accumulate-allreduce-grads-in-fp32", "--attention-backend", "--ckpt-format",
     "--no-save-optim", "--no-load-optim", "--no-load-rng", "--optimizer", "--use-mcore-models",
     "--transformer-impl", "--spec", "--megatron-to-hf-mode", "--allgather-cp",
+    # architecture flags of the model specs (scripts/models/*.sh): MLA, YaRN, hybrid, DSA, norms
+    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+    "--v-head-dim", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim", "--rotary-interleaved",
+    "--apply-layernorm-1p", "--attention-output-gate", "--post-self-attn-layernorm", "--post-mlp-layernorm",
+    "--hybrid-linear-attention", "--enable-dsa-indexer", "--optimizer-offload-fraction",
 }
-MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-")
+MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-")
 
 
 class UsageError(ValueError):

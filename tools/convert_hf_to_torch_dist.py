@@ -4,8 +4,8 @@
 
 --backend embedded: OUT_DIR/release/{model.safetensors,state.json} + latest_checkpointed_iteration.txt
 ("release"), the layout slime/checkpoint.py loads. --backend megatron: the torch_dist conversion
-(reshardable, run on GPUs with the model's MODEL_ARGS) will live in slime/backends/megatron/
-convert.py and plug in through CONVERTERS below.
+(reshardable, run on GPUs with the model's MODEL_ARGS) lives in slime/backends/megatron/convert.py
+and plugs in through CONVERTERS below.
 """
 
 from __future__ import annotations
@@ -37,8 +37,14 @@ def convert_embedded(hf_checkpoint: str, save: str, extra: list[str]) -> Path:
 
 
 def convert_megatron(hf_checkpoint: str, save: str, extra: list[str]) -> Path:
-    raise SystemExit("--backend megatron: torch_dist conversion is not in this build yet "
-                     "(slime/backends/megatron/convert.py); use --backend embedded")
+    # The Megatron converter checks config.json against the spec (--model-args) before any weight
+    # moves, and runs under torchrun on GPUs (tools/convert_hf_to_torch_dist_megatron.py).
+    from slime.backends.megatron.convert import main_hf_to_torch_dist
+
+    code = main_hf_to_torch_dist(["--hf-checkpoint", hf_checkpoint, "--save", save, *extra], script=__file__)
+    if code:
+        raise SystemExit(code)
+    return Path(save)
 
 
 CONVERTERS: dict[str, Callable[[str, str, list[str]], Path]] = {

@@ -1,0 +1,23 @@
+"""Every flag a model spec (scripts/models/*.sh) puts into MODEL_ARGS reaches the Megatron backend:
+an experiment.sh sources the spec and passes MODEL_ARGS to train.py, so an unknown one would stop
+the run before it starts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from slime.args import _split_passthrough as split_passthrough
+from slime.backends.megatron.model_args import read_model_args
+
+SPECS = sorted((Path(__file__).resolve().parents[2] / "scripts" / "models").glob("*.sh"))
+
+
+def test_the_model_specs_are_all_seen() -> None:
+    assert len(SPECS) == 7
+
+
+def test_every_model_spec_flag_is_passed_to_megatron() -> None:
+    for spec in SPECS:
+        argv = read_model_args(spec)
+        rest, megatron, _ = split_passthrough(argv)
+        assert rest == [], f"{spec.name}: flags the runtime would refuse: {rest}"
+        assert megatron, spec.name
