@@ -40,8 +40,9 @@ def backend_capability_errors(cfg) -> list[str]:
     e: list[str] = []
     c = cfg.cluster
     if c.train_backend == "megatron":
-        e.append("--train-backend megatron is not available in this build yet (slime/backends/megatron); "
-                 "use --train-backend embedded")
+        e.append("--train-backend megatron: the Megatron trainer (slime/backends/megatron/trainer.py) runs on GPUs "
+                 "and is exercised by tests/gpu, but train.py does not place it on Ray yet; "
+                 "use --train-backend embedded here (see docs/en/megatron.md)")
     if c.rollout_backend == "sglang" and not c.external:
         from slime.rollout.engines.sglang import sglang_available
 
