@@ -124,7 +124,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
             loaded = parse_document(text)
         except LoadError as exc:
             raise ChangeError(exc.field or "action.text", str(exc)) from exc
-        return replace_b(ws, loaded.choices, "Load JSON")
+        return workspace.replace_b(ws, loaded.choices, "Load JSON")
     if t == "apply_repair":
         from lab.repair import apply_repair
 
@@ -132,21 +132,6 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
             raise ChangeError("action.id", "apply_repair names the repair it applies")
         return apply_repair(ws, action.id)
     raise ChangeError("action.type", f"unknown action {t!r}")  # pragma: no cover - Literal guards it
-
-
-def replace_b(ws: Workspace, choices: dict[str, Any], label: str) -> Workspace:
-    """B becomes the file: its fields, the defaults of its recipe for the rest, the user's private
-    fields unless the file has them. ONE undoable entry; a bad value raises before anything changes."""
-    from lab.experiment import PRIVATE_FIELDS
-
-    given = workspace.flatten_choices(choices)
-    for path, value in given.items():  # every value checked first: a bad field names itself
-        rules.apply_change(ws.b, path, value)
-    base = workspace.leaf_values(rules.new_experiment(given.get("model.recipe", ws.b.model.recipe)))
-    mine = workspace.leaf_values(ws.b)
-    full = {p: (mine[p] if p in PRIVATE_FIELDS else v) for p, v in base.items()}
-    full.update(given)
-    return workspace.edit_many(ws, full, label)
 
 
 # --- what the page draws ------------------------------------------------------------------------

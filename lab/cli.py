@@ -18,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from pydantic import ValidationError
 
 from lab.experiment import Experiment, experiment_schema
 
@@ -32,42 +31,26 @@ def _fail(msg: str, code: int = 2) -> NoReturn:
     raise SystemExit(code)
 
 
-def _pydantic_messages(exc: ValidationError, prefix: str = "") -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"])
-        parts.append(f"{prefix}{loc}: {err['msg']}")
-    return "; ".join(parts)
-
-
 def load_experiment_file(path: str) -> Experiment:
-    """An experiment from our export ({"schema": 2, "experiment": ...}) or a bare experiment dict."""
-    p = Path(path)
+    """An experiment from a file the page's Load JSON accepts: our export, a schema-1 export, or a
+    (partial) choices object; fields it leaves out take its recipe's defaults."""
+    from lab.load_json import LoadError, parse_document
+    from lab.rules import ChangeError
+    from lab.workspace import Workspace, replace_b
+
     try:
-        text = p.read_text(encoding="utf-8")
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc}") from None
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    if not isinstance(doc, dict):
-        raise UserError(f"{path}: expected a JSON object, got {type(doc).__name__}")
-    if "schema" in doc:
-        if doc["schema"] != 2:
-            raise UserError(f"{path}: schema {doc['schema']!r} is not an experiment export of this lab (schema 2); "
-                            "load older exports on the page (Load JSON) and export again")
-        data = doc.get("experiment")
-        if not isinstance(data, dict):
-            raise UserError(f'{path}: "experiment" must be an object')
-    else:
-        data = doc
-    try:
-        return Experiment.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(f"{path}: {_pydantic_messages(exc)}") from None
+        loaded = parse_document(raw)
+        return replace_b(Workspace(), loaded.choices, f"load {path}").b
+    except LoadError as exc:
+        raise UserError(f"{path}: {exc}") from None
+    except ChangeError as exc:
+        raise UserError(f"{path}: {exc}") from None
 
 
 def parse_set(item: str) -> tuple[str, Any]:

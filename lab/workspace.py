@@ -133,6 +133,19 @@ def apply_choices(ws: Workspace, choices: dict[str, Any], label: str) -> Workspa
     return edit_many(ws, values, label)
 
 
+def replace_b(ws: Workspace, choices: dict[str, Any], label: str) -> Workspace:
+    """B becomes the file (Load JSON): its fields, the defaults of its recipe for the rest, the user's
+    private fields unless the file has them. ONE undoable entry; a bad value raises before anything changes."""
+    given = flatten_choices(choices)
+    for path, value in given.items():  # every value checked first: a bad field names itself
+        apply_change(ws.b, path, value)
+    base = leaf_values(new_experiment(given.get("model.recipe", ws.b.model.recipe)))
+    mine = leaf_values(ws.b)
+    full = {p: (mine[p] if p in PRIVATE_FIELDS else v) for p, v in base.items()}
+    full.update(given)
+    return edit_many(ws, full, label)
+
+
 # --- history ----------------------------------------------------------------------------------------
 
 def undo(ws: Workspace) -> Workspace:

@@ -27,7 +27,6 @@ import asyncio
 import bisect
 import hashlib
 import itertools
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -36,6 +35,8 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+
+from slime.rollout.http_thread import ThreadedServer
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 VNODES = 64  # virtual nodes per engine on the hash ring
@@ -208,39 +209,14 @@ def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
     return app
 
 
-class RouterServer:
+class RouterServer(ThreadedServer):
     """The router app with uvicorn in a daemon thread (inside RouterActor, or a test process)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, concurrency: int = 512,
                  policy: str = "least_load", retry_timeout: float = 120.0):
-        import uvicorn
-
-        from slime.rollout.engines.embedded import free_port
-
-        self.host, self.port = host, port or free_port(host)
         # asyncio primitives bind to the server's loop on first use (Python >= 3.10).
         self.state = RouterState(concurrency, policy, retry_timeout)
-        config = uvicorn.Config(create_router_app(self.state), host=self.host, port=self.port,
-                                log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True, name="router-http")
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"router did not start on {self.url}")
-            time.sleep(0.02)
-        return self.url
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        super().__init__(create_router_app(self.state), host, port, "router-http")
 
 
 def launch_sglang_router(worker_urls: list[str], host: str, port: int, policy: str = "cache_aware",

@@ -182,3 +182,9 @@ def test_serve_answers_http_and_prints_its_url():
     finally:
         proc.terminate()  # our own child, by its PID
         proc.wait(timeout=10)
+
+
+def test_validate_reads_a_schema1_export_like_the_page(capsys):
+    fixture = REPO_ROOT / "tests" / "fixtures" / "schema1_export.json"
+    code, out, err = main(capsys, "validate", str(fixture))
+    assert code in (0, 1) and err == "" and "[resources.ep" in out  # loaded, migrated and checked

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 import threading
 import time
 from typing import Any
@@ -35,6 +34,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest, new_rid
 from slime.backends.embedded.sampler import RowParams
+from slime.rollout.http_thread import ThreadedServer, free_port  # noqa: F401  (free_port: re-exported)
 
 SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor", "init_weights_update_group",
                      "update_weights_from_distributed", "destroy_weights_update_group"]
@@ -320,39 +320,11 @@ async def _json_or_empty(request: Request) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-class EngineServer:
-    """Runs the app with uvicorn in a daemon thread; `url` is ready when start() returns."""
+class EngineServer(ThreadedServer):
+    """The engine's app with uvicorn in a daemon thread; `url` is ready when start() returns."""
 
     def __init__(self, core: EngineCore, host: str = "127.0.0.1", port: int | None = None,
                  server_args: dict[str, Any] | None = None):
-        import uvicorn
-
-        self.host, self.port = host, port or free_port(host)
         self.staging = StagingArea()
-        config = uvicorn.Config(create_app(core, server_args, self.staging), host=self.host, port=self.port,
-                                log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True, name="engine-http")
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> str:
-        self.thread.start()
-        deadline = time.monotonic() + timeout
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError(f"embedded engine HTTP server did not start on {self.url}")
-            time.sleep(0.02)
-        return self.url
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        port = port or free_port(host)
+        super().__init__(create_app(core, server_args, self.staging), host, port, "engine-http")
