@@ -42,6 +42,11 @@ def record(name: str, value) -> None:
 
 
 def run_tool(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    # A tool is a fresh single-process job: drop the rendezvous variables this pytest process set
+    # for its own process group (init_parallel's setdefault), or the child binds the same
+    # MASTER_PORT and fails with EADDRINUSE.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    r = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
     print(r.stdout[-3000:], r.stderr[-3000:], sep="\n")
     return r

@@ -349,9 +349,10 @@ def optimizer_kwargs(megatron: Mapping[str, Any], optim: Any) -> dict[str, Any]:
     ranks) is on by default, as in the reference recipes; ``use_distributed_optimizer: False`` in
     the flag dict turns it off. ``--optimizer-cpu-offload`` keeps Adam's states and step on the
     CPU (the whole fraction unless ``--optimizer-offload-fraction`` says otherwise) with the
-    distributed optimizer's fp32 main shards. ``--use-precision-aware-optimizer`` is passed through
-    only when given: without Transformer Engine its bf16 shard views cannot be handed to
-    megatron-core's CPU optimizer (seen on the H200: "can't optimize a non-leaf Tensor").
+    distributed optimizer's fp32 main shards (these are leaf tensors only when every model
+    parameter is bf16/fp16, which the trainer ensures: fp32 norm weights reach the optimizer as
+    non-leaf views, "can't optimize a non-leaf Tensor"). ``--use-precision-aware-optimizer`` is
+    passed through only when given.
     """
     offload = _bool(megatron, "optimizer_cpu_offload")
     distributed = megatron.get("use_distributed_optimizer", True) not in (False, "false", "False", "0")

@@ -41,6 +41,24 @@ from slime.training.loss import compute_total_loss, entropy_from_logits, gather_
 OPTIM_CKPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
 
 
+def _cast_params(module: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Give every floating-point parameter the training dtype, as Megatron-LM's Float16Module does.
+
+    Without Transformer Engine the local spec's norms are torch RMSNorm/LayerNorm, created in
+    fp32 next to bf16 linears. megatron-core's DistributedOptimizer assumes one dtype per
+    parameter group: it lists a group's optimizer params as [fp32 shards..., fp32 copies of bf16
+    shards...] but indexes them (``model_param_group_index_map``) in model order, so with mixed
+    dtypes the optimizer-state checkpoint pairs params with the wrong shards (torch_dist save
+    asserted ``(torch.Size([512]), 2686976, 2687744)``), and the fp32 params are handed over as
+    non-leaf views, which the CPU-offload optimizer refuses ("can't optimize a non-leaf Tensor").
+    """
+    if dtype not in (torch.bfloat16, torch.float16):
+        return
+    for p in module.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+
+
 def loss_fn_config(loss: LossConfig) -> LossFnConfig:
     """Runtime LossConfig -> the loss function's config (same rule as the embedded trainer)."""
     from slime.backends.embedded.trainer import loss_fn_config as embedded_rule
@@ -140,6 +158,7 @@ class MegatronTrainer:
         okw = optimizer_kwargs(self.flags, optim)
         okw["params_dtype"] = mm._DTYPES[okw["params_dtype"]]
         self.opt_config = OptimizerConfig(**okw)
+        _cast_params(module, okw["params_dtype"])
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=bool(self.flags.get("overlap_grad_reduce")),
             overlap_param_gather=bool(self.flags.get("overlap_param_gather")),
