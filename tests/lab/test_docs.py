@@ -21,11 +21,7 @@ DOCS = REPO / "docs"
 EN, ZH = DOCS / "en", DOCS / "zh"
 
 # English pages that may lack a Chinese version, each with the reason.
-ZH_PENDING = {
-    "megatron.md": "the Megatron backend and its page were still being changed (last commit minutes before "
-                   "the Chinese pages were written); translate it once it settles. docs/zh/index.md links "
-                   "the English page meanwhile.",
-}
+ZH_PENDING: dict[str, str] = {}
 
 # Flags the runtime pages name that are not train.py's: the command they belong to, and the file
 # whose text must contain the flag (so a renamed tool flag still fails here).
