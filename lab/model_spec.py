@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -168,34 +167,15 @@ class ModelSpec(BaseModel):
 
 # --- parsing -------------------------------------------------------------------------------------
 
-_ARRAY_START = re.compile(r"^\s*MODEL_ARGS=\(\s*(.*)$")
-
-
 def parse_model_args(text: str) -> list[str]:
-    """Tokens of the `MODEL_ARGS=( ... )` array in a bash file (quotes and comments as bash reads them)."""
-    lines = text.splitlines()
-    tokens: list[str] = []
-    inside = False
-    for line in lines:
-        if not inside:
-            m = _ARRAY_START.match(line)
-            if not m:
-                continue
-            inside, line = True, m.group(1)
-        try:
-            words = shlex.split(line, comments=True)
-        except ValueError as exc:  # unbalanced quote
-            raise ModelSpecError(f"MODEL_ARGS: cannot tokenize line {line!r}: {exc}") from exc
-        for w in words:
-            if w == ")":
-                return tokens
-            if w.endswith(")") and not w.startswith("--"):
-                tokens.append(w[:-1])
-                return tokens
-            tokens.append(w)
-    if not inside:
-        raise ModelSpecError("no MODEL_ARGS=( ... ) array found")
-    raise ModelSpecError("MODEL_ARGS array is not closed with ')'")
+    """Tokens of the `MODEL_ARGS=( ... )` array, read by the runtime's own spec reader (torch-free),
+    so that the lab and the trainer can never read a spec differently."""
+    from slime.backends.megatron.model_args import ModelArgsError, model_args_from_text
+
+    try:
+        return model_args_from_text(text, "MODEL_ARGS")
+    except (ModelArgsError, ValueError) as exc:
+        raise ModelSpecError(str(exc)) from exc
 
 
 def args_to_dict(tokens: list[str]) -> dict[str, Any]:

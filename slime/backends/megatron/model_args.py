@@ -38,7 +38,11 @@ _ARRAY_RE = re.compile(r"^\s*MODEL_ARGS=\(", re.M)
 
 def read_model_args(path: str | Path) -> list[str]:
     """The tokens of the ``MODEL_ARGS=( ... )`` array in a spec file (comments dropped)."""
-    text = Path(path).read_text()
+    return model_args_from_text(Path(path).read_text(), str(path))
+
+
+def model_args_from_text(text: str, path: str = "spec") -> list[str]:
+    """The one reader of spec files: the runtime and the lab (lab/model_spec.py) both use it."""
     m = _ARRAY_RE.search(text)
     if not m:
         raise ModelArgsError(f"{path}: no MODEL_ARGS=( ... ) array")
