@@ -179,21 +179,15 @@ def parse_model_args(text: str) -> list[str]:
 
 
 def args_to_dict(tokens: list[str]) -> dict[str, Any]:
-    """`--flag value` pairs into a dict; a flag followed by another flag (or nothing) is True."""
-    out: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        tok = tokens[i]
-        if not tok.startswith("--"):
-            raise ModelSpecError(f"MODEL_ARGS: unexpected value {tok!r} without a flag")
-        name = tok[2:]
-        values = []
-        while i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
-            values.append(tokens[i + 1])
-            i += 1
-        out[name] = True if not values else values[0] if len(values) == 1 else values
-        i += 1
-    return out
+    """`--flag value` pairs into a dict keyed by the flag's dashed name; a bare flag is True.
+    The runtime's own flag reader does the work, so a spec means the same to the lab and the trainer."""
+    from slime.backends.megatron.model_args import ModelArgsError, flags_from_argv
+
+    try:
+        flags = flags_from_argv(tokens)
+    except ModelArgsError as exc:
+        raise ModelSpecError(f"MODEL_ARGS: {exc}") from exc
+    return {key.replace("_", "-"): value for key, value in flags.items()}
 
 
 _FREQ_TERM = re.compile(r"^\[([01](?:\s*,\s*[01])*)\]\s*\*\s*(\d+)$")

@@ -207,8 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
-    """Pull Megatron and --sglang-* flags out of argv. A flag's value is the next token unless it
-    starts with '--' (then the flag is a switch, True)."""
+    """Pull Megatron and --sglang-* flags out of argv. A flag takes the tokens up to the next
+    '--' flag: none makes it a switch (True), one a string, several a list."""
     rest: list[str] = []
     megatron: dict[str, Any] = {}
     sglang: dict[str, Any] = {}
@@ -228,15 +228,17 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], 
             i += 1
             continue
         key = key.replace("-", "_")
+        i += 1
         if "=" in tok:
             target[key] = tok.split("=", 1)[1]
+            continue
+        # Same reading as the spec reader (model_args.flags_from_argv): every following value
+        # belongs to the flag, so nargs flags (Megatron's --spec module function) pass through whole.
+        values = []
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
             i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            target[key] = argv[i + 1]
-            i += 2
-        else:
-            target[key] = True
-            i += 1
+        target[key] = True if not values else values[0] if len(values) == 1 else values
     return rest, megatron, sglang
 
 

@@ -21,3 +21,10 @@ def test_every_model_spec_flag_is_passed_to_megatron() -> None:
         rest, megatron, _ = split_passthrough(argv)
         assert rest == [], f"{spec.name}: flags the runtime would refuse: {rest}"
         assert megatron, spec.name
+
+
+def test_a_megatron_flag_with_several_values_passes_through_whole() -> None:
+    rest, megatron, _ = split_passthrough(["--spec", "my_pkg.specs", "layer_spec", "--sequence-parallel",
+                                           "--num-layers", "2", "--lr", "1e-6"])
+    assert rest == ["--lr", "1e-6"]
+    assert megatron == {"spec": ["my_pkg.specs", "layer_spec"], "sequence_parallel": True, "num_layers": "2"}

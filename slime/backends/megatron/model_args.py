@@ -60,7 +60,9 @@ def model_args_from_text(text: str, path: str = "spec") -> list[str]:
 
 
 def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
-    """``['--num-layers', '2', '--swiglu']`` -> ``{'num_layers': '2', 'swiglu': True}``."""
+    """``['--num-layers', '2', '--swiglu', '--spec', 'mod', 'fn']`` ->
+    ``{'num_layers': '2', 'swiglu': True, 'spec': ['mod', 'fn']}``: a bare flag is True, one value a
+    string, several values (Megatron's nargs flags such as --spec) a list."""
     flags: dict[str, Any] = {}
     i = 0
     while i < len(argv):
@@ -69,15 +71,15 @@ def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
             raise ModelArgsError(f"unexpected value {tok!r} (no flag takes it)")
         name, eq, val = tok[2:].partition("=")
         key = name.replace("-", "_")
+        i += 1
         if eq:
             flags[key] = val
+            continue
+        values = []
+        while i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
             i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            flags[key] = argv[i + 1]
-            i += 2
-        else:
-            flags[key] = True
-            i += 1
+        flags[key] = True if not values else values[0] if len(values) == 1 else values
     return flags
 
 
