@@ -61,7 +61,7 @@ class ModelChoice(_Section):
 
 
 class Install(_Section):
-    image: str = Field("slimerl/slime:v0.5.15-cu129-hopper", description="Installation image from docker/images.yaml.")
+    image: str = Field("slimerl/slime:0.1.0-cu130-hopper", description="Installation image from docker/images.yaml.")
 
 
 # --- 2. GPU ownership and scheduling ------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Render an experiment into the files a user downloads: experiment.sh, experiment.json and, for
-external engines, serving-reference.sh.
+"""Render an experiment into the files a user downloads: experiment.sh, experiment.json, rayjob.yaml
+(the same run as a KubeRay RayJob) and, for external engines, serving-reference.sh.
 
 `render_all(exp)` is pure and deterministic (no timestamps; same experiment and same sources →
 same bytes), so the page's download, `POST /api/render` and `slime-lab render` are byte-identical.
@@ -17,10 +17,12 @@ from lab.provenance import commit_label, provenance
 from lab.recipes import get_recipe
 from lab.render import context as ctx
 from lab.render.env import template
+from lab.render.rayjob import rayjob_yaml
 
 EXPERIMENT_SH = "experiment.sh"
 EXPERIMENT_JSON = "experiment.json"
 SERVING_REFERENCE_SH = "serving-reference.sh"
+RAYJOB_YAML = "rayjob.yaml"
 EXECUTABLE = frozenset({EXPERIMENT_SH, SERVING_REFERENCE_SH})
 
 
@@ -150,6 +152,7 @@ def render_all(exp: Experiment) -> dict[str, str]:
     files = {
         EXPERIMENT_SH: template("experiment.sh.j2").render(**c),
         EXPERIMENT_JSON: experiment_json(exp, findings, derived, prov),
+        RAYJOB_YAML: rayjob_yaml(c),
     }
     if c["external"]:
         files[SERVING_REFERENCE_SH] = template("serving-reference.sh.j2").render(**c)

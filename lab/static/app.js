@@ -299,7 +299,7 @@ function drawHistory(ws) {
 function download(name) {
   const text = state.view?.files?.[name];
   if (text == null) return;
-  const type = name.endsWith(".json") ? "application/json" : "text/x-shellscript";
+  const type = name.endsWith(".json") ? "application/json" : name.endsWith(".yaml") ? "application/yaml" : "text/x-shellscript";
   const url = URL.createObjectURL(new Blob([text], { type }));
   const a = document.createElement("a");
   a.href = url;

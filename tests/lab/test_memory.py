@@ -61,7 +61,7 @@ def test_kv_cache_comes_from_the_static_fraction_of_the_image_gpu():
     m = estimate_memory(e)
     assert m.gpu_memory_gib == 80
     assert estimate_memory(low).kv_tokens_per_engine < m.kv_tokens_per_engine
-    blackwell = apply_change(e, "install.image", "slimerl/slime:v0.5.15-cu129-blackwell")[0]
+    blackwell = apply_change(e, "install.image", "slimerl/slime:0.1.0-cu130-blackwell")[0]
     assert estimate_memory(blackwell).kv_tokens_per_engine > m.kv_tokens_per_engine
 
 

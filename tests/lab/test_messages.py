@@ -47,7 +47,7 @@ TOGGLES = [
     {"serving.eagle.enabled": True, "serving.eagle.head": "separate"},
     {"precision.training": "fp8", "precision.rollout": "int4", "precision.kv_cache_dtype": "fp8_e4m3",
      "corrections.tis": False, "corrections.icepop": False},
-    {"install.image": "slimerl/slime:v0.5.15-cu126-ampere", "precision.training": "fp8", "precision.rollout": "fp8"},
+    {"install.image": "slimerl/slime:0.1.0-cu130-ampere", "precision.training": "fp8", "precision.rollout": "fp8"},
     {"task.kind": "custom", "task.custom_generate_path": "bad path", "task.label_key": ""},
     {"paths.load": "/data/x", "paths.save": "", "paths.prompt_data": "", "evaluation.enabled": True, "evaluation.data_path": ""},
     {"placement.ownership": "disaggregated", "placement.rollout_gpus": 3, "serving.pd.enabled": True},

@@ -7,8 +7,8 @@ from lab.experiment import set_path
 from lab.recipes import all_recipes
 from lab.rules import derive, new_experiment, validate, validated
 
-HOPPER = "slimerl/slime:v0.5.15-cu129-hopper"
-AMPERE = "slimerl/slime:v0.5.15-cu126-ampere"
+HOPPER = "slimerl/slime:0.1.0-cu130-hopper"
+AMPERE = "slimerl/slime:0.1.0-cu130-ampere"
 
 
 def raw(recipe: str, **changes):
@@ -68,7 +68,7 @@ CASES = [
                                            "corrections.tis": True}, "PRC-2", "error", ["precision.kv_cache_dtype"], "bf16"),
     ("fp8_training_on_ampere", "glm4-9b", {"install.image": AMPERE, "precision.training": "fp8"}, "PRC-1", "error",
      ["precision.training", "install.image"], "BF16"),
-    ("int4_rollout_without_kernels", "tiny-cpu", {"install.image": "slimerl/slime:v0.5.15-cpu", "precision.rollout": "int4"},
+    ("int4_rollout_without_kernels", "tiny-cpu", {"install.image": "slimerl/slime:0.1.0-cpu", "precision.rollout": "int4"},
      "PRC-4", "error", ["precision.rollout"], "BF16"),
     ("fp8_training_is_experimental", "glm4-9b", {"precision.training": "fp8"}, "LAB-PRC-1", "warning", ["precision.training"], "BF16"),
     ("int4_rollout_is_beta", "glm4-9b", {"precision.rollout": "int4", "corrections.tis": True}, "LAB-PRC-1", "warning",
