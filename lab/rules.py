@@ -7,7 +7,7 @@ CONTRACT (other modules and the page rely on these names and shapes):
   Raises `ChangeError(field, message)` for an unknown field or an invalid value; the input
   experiment is never modified.
 - `validate(exp) -> list[Finding]`: every other incompatibility, as findings naming fields + fix
-  (ids from validation-rules.md where one exists, LAB-* for the lab's own).
+  (ids shared with the runtime where it checks the same thing, LAB-* for the lab's own; docs/en/lab.md#findings-and-rule-ids).
 - `derive(exp) -> Derived`: the numbers the page and the shell show (N_actor, DP, engines, ...).
 - `new_experiment(recipe) -> Experiment`: the defaults of a recipe.
 

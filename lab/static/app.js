@@ -36,6 +36,7 @@ async function loadLocale(lang) {
 function applyLocale() {
   document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
   for (const el of $$("[data-i18n]")) el.textContent = tr(el.dataset.i18n);
+  for (const el of $$("a[data-doc]")) el.href = `/docs/${state.lang}/${el.dataset.doc}`; // docs in the page's language
   for (const el of $$("[data-i18n-field]")) {
     const f = ui.loc.fields[el.dataset.i18nField];
     if (!f) continue;

@@ -1,5 +1,5 @@
 """Renderers: every recipe and ownership mode renders, passes `bash -n` and shellcheck, and the
-files say what the spec asks (flags by runtime-cli.md names, embedded sglang.yaml, schema 2 JSON)."""
+files say what the spec asks (flags by the runtime's names, embedded sglang.yaml, schema 2 JSON)."""
 from __future__ import annotations
 
 import json
