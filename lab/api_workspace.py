@@ -5,7 +5,7 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image"}
+     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image", "folded"}
 
 `repairs`: previews from `lab.repair.propose_repairs(B)` (nothing applied); the action
 `{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
@@ -253,9 +253,10 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
     derived = rules.derive(exp)
     files, render_error = _files(exp)
     share_link, share_link_ab = _share_links(ws)
+    findings = _dump(rules.validate(exp))
     return {
         "workspace": ws.model_dump(mode="json"),
-        "findings": _dump(rules.validate(exp)),
+        "findings": findings,
         "a_findings": _dump(rules.validate(ws.a)) if ws.a is not None else [],
         "derived": _dump(derived),
         "memory": _memory(exp),
@@ -271,7 +272,17 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "repairs": _repairs(exp),
         "provenance": _provenance(exp),
         "image": _image_info(exp.install.image),
+        "folded": _folded(exp, findings),
     }
+
+
+def _folded(exp: Experiment, findings: list[Any]) -> list[str]:
+    """Controls that cannot apply to these choices (lab/applicability.py); the page folds them."""
+    from lab.applicability import folded_fields
+
+    info = _recipe_info(exp)
+    named = {f for finding in findings for f in finding.get("fields", [])}
+    return folded_fields(exp, info["kind"] if info else None, named)
 
 
 def _repairs(exp: Experiment) -> list[Any]:

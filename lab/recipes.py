@@ -42,6 +42,8 @@ class Parallelism(_Strict):
 
 
 class Eagle(_Strict):
+    enabled: bool = Field(False, description="On by default? Recipes start from ordinary serving (the baseline to "
+                                             "measure) and offer these draft settings as the next step.")
     head: Literal["mtp", "separate"] = Field("mtp", description="Draft head: the checkpoint's MTP layer or a separate EAGLE head.")
     steps: int = Field(3, description="Draft depth: speculative steps per verification.")
     topk: int = Field(1, description="Draft top-k.")
@@ -54,7 +56,7 @@ class Rollout(_Strict):
     dp_attention: int | None = Field(None, description="SGLang DP-attention size inside an engine.")
     ep: int | None = Field(None, description="SGLang expert-parallel size inside an engine.")
     server_groups: bool = Field(False, description="The recipe describes its engines as server groups in sglang.yaml.")
-    eagle: Eagle | None = Field(None, description="Speculative decoding the recipe enables by default.")
+    eagle: Eagle | None = Field(None, description="Speculative decoding settings for the model (its draft head); on only with enabled.")
     tis: bool = Field(False, description="The recipe turns TIS on by default.")
     mem_fraction_static: float = Field(0.7, description="--sglang-mem-fraction-static of the recipe.")
 

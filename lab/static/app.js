@@ -145,6 +145,7 @@ function draw(v) {
   state.view = v;
   const exp = v.workspace.b;
   drawControls(exp, false);
+  if (changed("folded", v.folded)) drawFolded(v.folded || []);
   if (changed("findings", v.findings)) drawFindings(v.findings);
   if (changed("layout", v.layout)) drawLayout(v.layout);
   if (changed("derived", v.derived)) drawDerived(v.derived);
@@ -165,6 +166,12 @@ function draw(v) {
   state.rev += 1;
   document.body.dataset.rev = String(state.rev);
   document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));
+}
+
+// Controls that cannot apply to the current choices are folded away (the server decides which).
+function drawFolded(paths) {
+  const folded = new Set(paths);
+  for (const wrap of $$("[data-field-wrap]")) wrap.hidden = folded.has(wrap.dataset.fieldWrap);
 }
 
 function valueToControl(el, v) {
