@@ -92,3 +92,16 @@ def test_language_switch_is_remembered(new_page):
     assert page.evaluate("document.documentElement.lang") == "zh-CN"
     assert page.locator("#undo").inner_text() == "撤销"
     assert_clean(page)
+
+
+@pytest.mark.browser
+def test_counts_agree_with_their_nouns_in_both_languages(new_page):
+    probe = """async () => { const m = await import('/static/util.js');
+        return [m.tr('srv_engines', {n: 1, e: 1}), m.tr('srv_engines', {n: 3, e: 8}),
+                m.tr('cmd_worker', {n: 1}), m.tr('summary_counts', {e: 1, w: 0, i: 2})]; }"""
+    en = new_page().evaluate(probe)
+    assert en == ["1 engine × 1 GPU", "3 engines × 8 GPUs", "On each of the 1 worker node:",
+                  "Static checks: 1 error, 0 warnings, 2 notes."]
+    zh = new_page(lang="zh").evaluate(probe)
+    assert zh[0] == "1 个引擎 × 每个 1 张 GPU" and zh[1] == "3 个引擎 × 每个 8 张 GPU"
+    assert not any("|" in s or "{" in s for s in en + zh)
