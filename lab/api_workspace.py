@@ -5,7 +5,8 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image", "folded"}
+     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image", "folded",
+     "diagrams"}
 
 `repairs`: previews from `lab.repair.propose_repairs(B)` (nothing applied); the action
 `{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
@@ -273,7 +274,16 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "provenance": _provenance(exp),
         "image": _image_info(exp.install.image),
         "folded": _folded(exp, findings),
+        "diagrams": _diagrams(exp, derived),
     }
+
+
+def _diagrams(exp: Experiment, derived: Any) -> dict[str, Any]:
+    """TP / PP / EP / CP / ZeRO at this experiment's sizes (lab/diagrams.py)."""
+    from lab.derive import recipe_and_spec
+    from lab.diagrams import parallel_diagrams
+
+    return parallel_diagrams(exp, recipe_and_spec(exp)[1], derived.dp)
 
 
 def _folded(exp: Experiment, findings: list[Any]) -> list[str]:

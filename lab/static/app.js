@@ -158,7 +158,7 @@ function draw(v) {
   if (v.last_change) drawLastChange(v.last_change);
   if (changed("recipe", v.recipe)) drawRecipe(v.recipe);
   if (changed("serving", [exp.placement, exp.serving, v.derived])) drawServing(exp, v.derived);
-  if (changed("diag", [exp.resources, v.derived.dp])) drawDiag(exp, v.derived);
+  if (changed("diag", v.diagrams)) drawDiag(v.diagrams);
   if (changed("repairs", [v.repairs, v.derived, exp.placement])) drawRepairs(v.repairs, v);
   if (changed("image", v.image)) drawImage(v.image);
   if (changed("provenance", v.provenance)) drawProvenance(v.provenance);

@@ -92,9 +92,20 @@ export function drawServing(exp, d) {
   $("#serving-diagram").innerHTML = parts.join("");
 }
 
-export function drawDiag(exp, d) {
-  const vals = { tp: exp.resources.tp, pp: exp.resources.pp, ep: exp.resources.ep, cp: exp.resources.cp, zero: d.dp };
-  for (const el of $$("[data-diag-value]")) el.textContent = String(vals[el.dataset.diagValue]);
+export function drawDiag(diagrams) {
+  for (const [kind, g] of Object.entries(diagrams || {})) {
+    const value = $(`[data-diag-value="${kind}"]`);
+    if (value) value.textContent = String(g.size);
+    const cells = $(`[data-diag-cells="${kind}"]`);
+    if (cells) {
+      cells.className = `diag-cells ${kind}${g.mode ? " " + g.mode : ""}`;
+      cells.innerHTML = g.cells.map((c) => c.ellipsis
+        ? `<div class="dcell more">${esc(tr(c.key, c.params))}</div>`
+        : `<div class="dcell" data-index="${c.index}"><b>${esc(c.label)}</b><span>${esc(tr(c.key, c.params))}</span></div>`).join("");
+    }
+    const note = $(`[data-diag-note="${kind}"]`);
+    if (note) note.textContent = tr(g.key, g.params);
+  }
 }
 
 
