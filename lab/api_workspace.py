@@ -355,7 +355,21 @@ def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:
         "repairs": [M.localize_repair(r, lang) for r in v["repairs"]],
         "last_change": M.localize_entry(v["last_change"], lang),
         "memory": M.localize_memory(v["memory"], lang),
+        "recipe": _recipe_texts(v["recipe"], lang),
     }
+
+
+def _recipe_texts(info: dict[str, Any] | None, lang: str) -> dict[str, Any] | None:
+    """The recipe's summary and notes in `lang` (the recipe file carries its translations)."""
+    from lab.recipes import RecipeError, get_recipe
+
+    if info is None:
+        return None
+    try:
+        summary, notes = get_recipe(info["name"]).texts(lang)
+    except RecipeError:
+        return info
+    return {**info, "summary": summary, "notes": notes}
 
 
 def _last_change(kind: str, before: Workspace, after: Workspace) -> Any:

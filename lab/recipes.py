@@ -85,6 +85,13 @@ class Backends(_Strict):
     rollout: Literal["sglang", "embedded"] = "sglang"
 
 
+class RecipeText(_Strict):
+    """A recipe's user-facing texts in one more language (the English ones are `summary` and `notes`)."""
+
+    summary: str = Field(description="The summary, translated.")
+    notes: list[str] = Field(default_factory=list, description="The notes, translated, in the same order.")
+
+
 class Recipe(_Strict):
     name: str = Field(description="The name every command takes (slime-lab render --model NAME).")
     display_name: str = Field(description="The model's name as users know it.")
@@ -120,6 +127,13 @@ class Recipe(_Strict):
     train_args: list[str] = Field(
         default_factory=list, description="Extra runtime flags this recipe always passes (the tiny CPU recipe's tuned flags).")
     notes: list[str] = Field(default_factory=list, description="What the user should know (architecture reuse, validation scope).")
+    translations: dict[Literal["zh"], RecipeText] = Field(
+        default_factory=dict, description="summary and notes in other languages, by language code.")
+
+    def texts(self, lang: str) -> tuple[str, list[str]]:
+        """(summary, notes) in `lang`, English where no translation exists."""
+        t = self.translations.get(lang)  # type: ignore[call-overload]
+        return (t.summary, list(t.notes)) if t else (self.summary, list(self.notes))
 
     @property
     def path(self) -> Path:

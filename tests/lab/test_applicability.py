@@ -55,3 +55,15 @@ def test_every_recipe_starts_from_ordinary_serving_with_eagle_ready_as_the_next_
         eagle_files = [f for f, text in v["files"].items() if "speculative" in text]
         assert not eagle_files, (name, eagle_files)
     assert with_draft >= 5  # the draft settings are still there for the next step
+
+
+def test_every_recipe_carries_its_summary_and_notes_in_chinese_and_the_api_sends_them():
+    for name, recipe in all_recipes().items():
+        zh = recipe.translations.get("zh")
+        assert zh is not None and zh.summary, f"{name}: no Chinese summary"
+        assert len(zh.notes) == len(recipe.notes), f"{name}: the Chinese notes do not match the English ones"
+    client = TestClient(create_app())
+    body = {"workspace": None, "action": {"type": "edit", "path": "model.recipe", "value": "glm5.3"}, "lang": "zh"}
+    r = client.post("/api/workspace", json=body).json()["recipe"]
+    assert r["summary"] == all_recipes()["glm5.3"].translations["zh"].summary and "稀疏注意力" in r["summary"]
+    assert all(any("\u4e00" <= ch <= "\u9fff" for ch in n) for n in r["notes"])
