@@ -84,8 +84,21 @@ class WorkspaceRequest(BaseModel):
                                                      "texts in the answer (the workspace and the files stay English).")
 
 
-def _error(status: int, loc: list[Any], msg: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": [{"loc": loc, "msg": msg}]})
+def _error(status: int, loc: list[Any], msg: str, key: str | None = None,
+           params: dict[str, Any] | None = None) -> JSONResponse:
+    detail: dict[str, Any] = {"loc": loc, "msg": msg}
+    if key:
+        detail.update(key=key, params=params or {})
+    return JSONResponse(status_code=status, content={"detail": [detail]})
+
+
+def _error_text(exc: ChangeError, lang: str) -> str:
+    """The error in `lang`: its catalogue text when it has a key, its English message otherwise."""
+    if not exc.key:
+        return exc.message
+    from lab.messages import localize_text
+
+    return localize_text(exc.key, exc.params, lang)
 
 
 _HISTORY_ACTIONS = {
@@ -100,7 +113,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         return ws
     if t == "edit":
         if not action.path:
-            raise ChangeError("action.path", "an edit names the field it changes")
+            raise ChangeError("action.path", key="error.action.no_path")
         return workspace.edit(ws, action.path, action.value)
     if t == "edit_many":
         return workspace.edit_many(ws, action.values or {}, action.label or "edit")
@@ -112,11 +125,11 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         from lab import share
 
         if not action.link:
-            raise ChangeError("action.link", "no share link given")
+            raise ChangeError("action.link", key="error.action.no_link")
         try:
             return share.open_share_link(ws, action.link)
         except share.ShareError as exc:  # truncated, edited or foreign: say so, keep the state
-            raise ChangeError("action.link", str(exc)) from exc
+            raise ChangeError("action.link", str(exc), exc.key, exc.params) from exc
     if t == "load_json":
         from lab.load_json import LoadError, parse_document
 
@@ -124,13 +137,13 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         try:
             loaded = parse_document(text)
         except LoadError as exc:
-            raise ChangeError(exc.field or "action.text", str(exc)) from exc
+            raise ChangeError(exc.field or "action.text", str(exc), exc.key, exc.params) from exc
         return workspace.replace_b(ws, loaded.choices, "Load JSON")
     if t == "apply_repair":
         from lab.repair import apply_repair
 
         if not action.id:
-            raise ChangeError("action.id", "apply_repair names the repair it applies")
+            raise ChangeError("action.id", key="error.action.no_repair_id")
         return apply_repair(ws, action.id)
     raise ChangeError("action.type", f"unknown action {t!r}")  # pragma: no cover - Literal guards it
 
@@ -338,7 +351,7 @@ def post_workspace(req: WorkspaceRequest) -> Any:
     try:
         new = _apply(ws, req.action)
     except ChangeError as exc:
-        return _error(422, ["body", "action", exc.field], exc.message)
+        return _error(422, ["body", "action", exc.field], _error_text(exc, req.lang), exc.key, exc.params)
     return localized(view(new, _last_change(req.action.type, ws, new)), req.lang)
 
 

@@ -67,3 +67,22 @@ def test_every_recipe_carries_its_summary_and_notes_in_chinese_and_the_api_sends
     r = client.post("/api/workspace", json=body).json()["recipe"]
     assert r["summary"] == all_recipes()["glm5.3"].translations["zh"].summary and "稀疏注意力" in r["summary"]
     assert all(any("\u4e00" <= ch <= "\u9fff" for ch in n) for n in r["notes"])
+
+
+def test_server_errors_are_ids_with_parameters_localised_at_the_api_edge():
+    client = TestClient(create_app())
+    ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    cases = [
+        ({"type": "edit", "path": "task.n_samples_per_prompt", "value": 0}, "error.range", "超出允许范围"),
+        ({"type": "edit", "path": "task.num_rollout", "value": "many"}, "error.wrong_type", "类型错误"),
+        ({"type": "edit", "path": "placement.ownrship", "value": "x"}, "error.unknown_field_hint", "未知字段"),
+        ({"type": "load_json", "text": "{not json"}, "error.load.not_json", "不是有效的 JSON"),
+        ({"type": "open_share", "link": "https://x/#s=@@@"}, "error.share.corrupt", "分享链接已损坏"),
+        ({"type": "restore_a"}, "error.no_a", "尚未保存 A"),
+    ]
+    for action, key, zh_text in cases:
+        en = client.post("/api/workspace", json={"workspace": ws, "action": action}).json()["detail"][0]
+        zh = client.post("/api/workspace", json={"workspace": ws, "action": action, "lang": "zh"}).json()["detail"][0]
+        assert en["key"] == zh["key"] == key and en["params"] == zh["params"], (action, en, zh)
+        assert zh_text in zh["msg"] and zh["msg"] != en["msg"], zh
+        assert not any(w in zh["msg"] for w in ("must", "unknown", "wrong", "not valid", "corrupt")), zh["msg"]
