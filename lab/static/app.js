@@ -104,7 +104,8 @@ function formatDetail(data) {
   if (!d) return tr("error_prefix") + ": " + JSON.stringify(data?.detail ?? data);
   const loc = (d.loc || []).filter((x) => !["body", "action", "workspace", "b"].includes(x));
   const path = loc.join(".");
-  const name = ui.loc?.fields?.[path] ? `${fieldLabel(path)} (${path})` : path;
+  const where = ui.loc?.ui?.["loc_" + path]; // what a non-field location (the JSON file, the link) is called
+  const name = ui.loc?.fields?.[path] ? `${fieldLabel(path)} (${path})` : where ?? path;
   return `${tr("error_prefix")}: ${name ? name + ": " : ""}${d.msg}`;
 }
 
