@@ -5,7 +5,8 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image"}
+     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image", "folded",
+     "diagrams"}
 
 `repairs`: previews from `lab.repair.propose_repairs(B)` (nothing applied); the action
 `{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
@@ -83,8 +84,21 @@ class WorkspaceRequest(BaseModel):
                                                      "texts in the answer (the workspace and the files stay English).")
 
 
-def _error(status: int, loc: list[Any], msg: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"detail": [{"loc": loc, "msg": msg}]})
+def _error(status: int, loc: list[Any], msg: str, key: str | None = None,
+           params: dict[str, Any] | None = None) -> JSONResponse:
+    detail: dict[str, Any] = {"loc": loc, "msg": msg}
+    if key:
+        detail.update(key=key, params=params or {})
+    return JSONResponse(status_code=status, content={"detail": [detail]})
+
+
+def _error_text(exc: ChangeError, lang: str) -> str:
+    """The error in `lang`: its catalogue text when it has a key, its English message otherwise."""
+    if not exc.key:
+        return exc.message
+    from lab.messages import localize_text
+
+    return localize_text(exc.key, exc.params, lang)
 
 
 _HISTORY_ACTIONS = {
@@ -99,7 +113,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         return ws
     if t == "edit":
         if not action.path:
-            raise ChangeError("action.path", "an edit names the field it changes")
+            raise ChangeError("action.path", key="error.action.no_path")
         return workspace.edit(ws, action.path, action.value)
     if t == "edit_many":
         return workspace.edit_many(ws, action.values or {}, action.label or "edit")
@@ -111,11 +125,11 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         from lab import share
 
         if not action.link:
-            raise ChangeError("action.link", "no share link given")
+            raise ChangeError("action.link", key="error.action.no_link")
         try:
             return share.open_share_link(ws, action.link)
         except share.ShareError as exc:  # truncated, edited or foreign: say so, keep the state
-            raise ChangeError("action.link", str(exc)) from exc
+            raise ChangeError("action.link", str(exc), exc.key, exc.params) from exc
     if t == "load_json":
         from lab.load_json import LoadError, parse_document
 
@@ -123,13 +137,13 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         try:
             loaded = parse_document(text)
         except LoadError as exc:
-            raise ChangeError(exc.field or "action.text", str(exc)) from exc
+            raise ChangeError(exc.field or "action.text", str(exc), exc.key, exc.params) from exc
         return workspace.replace_b(ws, loaded.choices, "Load JSON")
     if t == "apply_repair":
         from lab.repair import apply_repair
 
         if not action.id:
-            raise ChangeError("action.id", "apply_repair names the repair it applies")
+            raise ChangeError("action.id", key="error.action.no_repair_id")
         return apply_repair(ws, action.id)
     raise ChangeError("action.type", f"unknown action {t!r}")  # pragma: no cover - Literal guards it
 
@@ -253,9 +267,10 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
     derived = rules.derive(exp)
     files, render_error = _files(exp)
     share_link, share_link_ab = _share_links(ws)
+    findings = _dump(rules.validate(exp))
     return {
         "workspace": ws.model_dump(mode="json"),
-        "findings": _dump(rules.validate(exp)),
+        "findings": findings,
         "a_findings": _dump(rules.validate(ws.a)) if ws.a is not None else [],
         "derived": _dump(derived),
         "memory": _memory(exp),
@@ -271,7 +286,26 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "repairs": _repairs(exp),
         "provenance": _provenance(exp),
         "image": _image_info(exp.install.image),
+        "folded": _folded(exp, findings),
+        "diagrams": _diagrams(exp, derived),
     }
+
+
+def _diagrams(exp: Experiment, derived: Any) -> dict[str, Any]:
+    """TP / PP / EP / CP / ZeRO at this experiment's sizes (lab/diagrams.py)."""
+    from lab.derive import recipe_and_spec
+    from lab.diagrams import parallel_diagrams
+
+    return parallel_diagrams(exp, recipe_and_spec(exp)[1], derived.dp)
+
+
+def _folded(exp: Experiment, findings: list[Any]) -> list[str]:
+    """Controls that cannot apply to these choices (lab/applicability.py); the page folds them."""
+    from lab.applicability import folded_fields
+
+    info = _recipe_info(exp)
+    named = {f for finding in findings for f in finding.get("fields", [])}
+    return folded_fields(exp, info["kind"] if info else None, named)
 
 
 def _repairs(exp: Experiment) -> list[Any]:
@@ -317,7 +351,7 @@ def post_workspace(req: WorkspaceRequest) -> Any:
     try:
         new = _apply(ws, req.action)
     except ChangeError as exc:
-        return _error(422, ["body", "action", exc.field], exc.message)
+        return _error(422, ["body", "action", exc.field], _error_text(exc, req.lang), exc.key, exc.params)
     return localized(view(new, _last_change(req.action.type, ws, new)), req.lang)
 
 
@@ -334,7 +368,21 @@ def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:
         "repairs": [M.localize_repair(r, lang) for r in v["repairs"]],
         "last_change": M.localize_entry(v["last_change"], lang),
         "memory": M.localize_memory(v["memory"], lang),
+        "recipe": _recipe_texts(v["recipe"], lang),
     }
+
+
+def _recipe_texts(info: dict[str, Any] | None, lang: str) -> dict[str, Any] | None:
+    """The recipe's summary and notes in `lang` (the recipe file carries its translations)."""
+    from lab.recipes import RecipeError, get_recipe
+
+    if info is None:
+        return None
+    try:
+        summary, notes = get_recipe(info["name"]).texts(lang)
+    except RecipeError:
+        return info
+    return {**info, "summary": summary, "notes": notes}
 
 
 def _last_change(kind: str, before: Workspace, after: Workspace) -> Any:

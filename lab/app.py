@@ -7,7 +7,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from lab import api, api_workspace, page
+from lab import api, api_workspace, docs_route, page
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 MAX_BODY_BYTES = 1_000_000  # an experiment is a few KiB; anything near this is a mistake or abuse
@@ -29,5 +29,6 @@ def create_app() -> FastAPI:
     app.include_router(api.router)
     app.include_router(api_workspace.router)
     app.include_router(page.router)
+    app.include_router(docs_route.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

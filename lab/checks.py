@@ -1,6 +1,6 @@
 """The validation checks: each returns the findings of one area of the experiment.
 
-`lab.rules.validate` runs them in order; ids come from validation-rules.md where one exists,
+`lab.rules.validate` runs them in order; ids are shared with the runtime where it checks the same thing (docs/en/lab.md#findings-and-rule-ids),
 LAB-* for the lab's own. Pure functions over (experiment, recipe, model spec, derived numbers).
 """
 from __future__ import annotations

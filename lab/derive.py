@@ -1,4 +1,4 @@
-"""Derived numbers of an experiment: what the page and the shell show (validation-rules.md's list).
+"""Derived numbers of an experiment: what the page and the shell show (docs/en/lab.md#findings-and-rule-ids).
 
 Pure and fast: reads the experiment, its recipe and its ModelSpec (both cached). Conventions:
 - N_actor = `placement.train_gpus` (the training pool); DP = N_actor / (TP·PP·CP);

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field, model_validator
 
 
 class Finding(BaseModel):
-    id: str = Field(description="Rule id, e.g. PAR-1 (see validation-rules.md); LAB-* for the lab's own.")
+    id: str = Field(description="Rule id, e.g. PAR-1 (see docs/en/lab.md#findings-and-rule-ids); LAB-* for the lab's own.")
     level: Literal["error", "warning", "info"]
     fields: list[str] = Field(description="Field paths the finding names; the page shows it next to them.")
     message: str = ""

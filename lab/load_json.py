@@ -91,9 +91,16 @@ Form = Literal["export", "schema1", "choices"]
 class LoadError(ValueError):
     """A file that cannot be loaded; `field` names the offending key when there is one."""
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str | None = None, field: str | None = None, key: str | None = None,
+                 params: dict[str, Any] | None = None) -> None:
+        if message is None:
+            from lab.messages import render
+
+            message = render(key or "", params)
         super().__init__(message)
         self.field = field
+        self.key = key
+        self.params = dict(params or {})
 
 
 @dataclass(frozen=True)
@@ -104,8 +111,9 @@ class LoadedChoices:
 
 def _unknown(path: str, where: str) -> LoadError:
     close = difflib.get_close_matches(path, sorted(LEAF_FIELDS), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    return LoadError(f"{where}: unknown field {path!r}{hint}", field=path)
+    if close:
+        return LoadError(field=path, key="error.load.unknown_field_hint", params={"where": where, "path": repr(path), "close": repr(close[0])})
+    return LoadError(field=path, key="error.load.unknown_field", params={"where": where, "path": repr(path)})
 
 
 def _flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -161,18 +169,18 @@ def parse_document(text: str | bytes) -> LoadedChoices:
     """Parse a Load JSON file. Raises LoadError naming what is wrong; never partial results."""
     size = len(text.encode("utf-8") if isinstance(text, str) else text)
     if size > MAX_BYTES:
-        raise LoadError(f"file is {size} bytes; an experiment file is at most {MAX_BYTES} bytes")
+        raise LoadError(key="error.load.too_large", params={"size": size, "max": MAX_BYTES})
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise LoadError(f"file is not UTF-8 text (byte {exc.start})") from exc
+            raise LoadError(key="error.load.not_utf8", params={"byte": exc.start}) from exc
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise LoadError(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
+        raise LoadError(key="error.load.not_json", params={"line": exc.lineno, "col": exc.colno}) from exc
     if not isinstance(doc, dict):
-        raise LoadError(f"expected a JSON object, got {type(doc).__name__}")
+        raise LoadError(key="error.load.not_object", params={"type": type(doc).__name__})
 
     if "schema" in doc:
         schema = doc["schema"]
@@ -183,5 +191,5 @@ def parse_document(text: str | bytes) -> LoadedChoices:
             if not isinstance(exp, dict):
                 raise LoadError('export: "experiment" must be an object', field="experiment")
             return LoadedChoices("export", _nest(_flatten(exp), "export"))
-        raise LoadError(f"unknown schema {schema!r}: this lab reads schema 1 and {SCHEMA_VERSION}", field="schema")
+        raise LoadError(field="schema", key="error.load.unknown_schema", params={"schema": repr(schema), "current": SCHEMA_VERSION})
     return LoadedChoices("choices", _nest(_flatten(doc), "choices"))

@@ -14,7 +14,10 @@ Training (Megatron, per GPU of the worst pipeline stage):
   parallel over TP), only the layer inputs (2·h bytes) kept under full recomputation, × PP micro-
   batches in flight on the first stage (1F1B); FP32 logits tokens × vocab / TP × 4 B on the last.
 Rollout (SGLang, per GPU of an engine): weights at the rollout precision over the engine's GPUs; the
-KV cache is what `mem_fraction_static` × GPU memory leaves after the weights.
+KV cache is what `mem_fraction_static` × GPU memory leaves after the weights. Hybrid models split that
+cache budget B into two pools at the state : KV ratio ρ (`precision.state_kv_ratio`, else SGLang's
+default): recurrent state B·ρ/(1+ρ), attention KV B/(1+ρ) (docs/en/hybrid-cache.md). The GDN layer
+pattern lives in config.json, which the lab does not read, so KV tokens count every layer as attention.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ EXCLUSIONS = [
     "NCCL / communication buffers and the weight-sync buffer",
     "allocator fragmentation and caching slack",
     "the MTP / EAGLE draft layer and its KV cache",
-    "recurrent (GDN) state pools of hybrid models (counted as attention-sized layers)",
+    "the GDN layer pattern of hybrid models (config.json): KV tokens count every layer as attention",
     "reference or old-actor model copies (KL, OPD) and their host backups",
     "SGLang CUDA graphs, DP-attention replication of attention weights and router/dispatcher buffers",
     "MoE activation imbalance (tokens routed unevenly) and per-expert intermediate activations",
@@ -51,6 +54,9 @@ class MemoryEstimate(BaseModel):
     peak_gib: float = Field(description="Colocated: the larger phase; otherwise the training GPUs' total.")
     host_optimizer_gib_per_gpu: float = Field(0.0, description="CPU Adam: optimizer state in host memory per training GPU.")
     kv_tokens_per_engine: int = Field(0, description="KV-cache capacity of one engine, tokens (0 when none fits).")
+    kv_pool_gib: float = Field(0.0, description="Attention KV pool per rollout GPU, GiB.")
+    state_pool_gib: float = Field(0.0, description="Hybrid models: recurrent-state pool per rollout GPU, GiB (0 otherwise).")
+    state_kv_ratio: float | None = Field(None, description="Hybrid models: the state : KV ratio the pools were split at.")
     total_params_b: float
     active_params_b: float
     exclusions: list[str] = Field(default_factory=lambda: list(EXCLUSIONS), description="Not counted.")
@@ -102,7 +108,14 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
     e = max(p.engine_gpus, 1)
     w_roll = spec.total_params * bytes_per_param / e
     claimed = exp.serving.mem_fraction_static * gpu_gib * GIB
-    kv = max(claimed - w_roll, 0.0)
+    budget = max(claimed - w_roll, 0.0)
+    ratio = None
+    if spec.hybrid:
+        from slime.rollout.engines.sglang_flags import DEFAULTS
+
+        ratio = exp.precision.state_kv_ratio or DEFAULTS["mamba_full_memory_ratio"]
+    state = budget * ratio / (1 + ratio) if ratio else 0.0
+    kv = budget - state
     kv_elem = 1 if exp.precision.kv_cache_dtype == "fp8_e4m3" else 2
     if spec.mla:
         per_token = spec.layers * (spec.kv_lora_rank + spec.qk_pos_emb_head_dim) * kv_elem  # replicated per GPU
@@ -111,7 +124,13 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
         shards = min(e, spec.kv_groups)
         per_token = spec.layers * 2 * spec.kv_groups * spec.kv_channels * kv_elem / shards
         kv_tokens = int(kv // per_token) if per_token else 0
-    roll_items = {f"weights ({exp.precision.rollout.upper()}) over {e} GPUs": _g(w_roll), "KV cache (rest of the static fraction)": _g(kv)}
+    roll_items = {f"weights ({exp.precision.rollout.upper()}) over {e} GPUs": _g(w_roll)}
+    if ratio:
+        state_dtype = exp.precision.recurrent_state_dtype or "float32"
+        roll_items[f"attention KV pool (state : KV = {ratio:g} : 1)"] = _g(kv)
+        roll_items[f"recurrent-state pool, {state_dtype} (state : KV = {ratio:g} : 1)"] = _g(state)
+    else:
+        roll_items["KV cache (rest of the static fraction)"] = _g(kv)
     roll_total = round(max(_g(claimed), _g(w_roll)), 2)
 
     has_gpu = gpu_gib > 0
@@ -124,6 +143,9 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
         peak_gib=max(train_total, roll_total) if colocated else train_total,
         host_optimizer_gib_per_gpu=_g(optimizer) if r.cpu_adam else 0.0,
         kv_tokens_per_engine=kv_tokens,
+        kv_pool_gib=_g(kv),
+        state_pool_gib=_g(state),
+        state_kv_ratio=ratio,
         total_params_b=round(spec.total_params / 1e9, 2),
         active_params_b=round(spec.active_params / 1e9, 2),
     )

@@ -130,9 +130,11 @@ def render_page() -> str:
             return images[value]
         return en["fields"][path]["options"][value]
 
+    from lab.doc_links import SEE, WHY, WHY_EXTRA
     from lab.load_json import MAX_BYTES
 
-    html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES)
+    html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES,
+                                                            why=WHY.get, why_extra=WHY_EXTRA, see_links=SEE)
     missing = set(specs) - used
     if missing:
         raise RuntimeError(f"the page draws no control for {sorted(missing)}")

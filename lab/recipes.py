@@ -42,6 +42,8 @@ class Parallelism(_Strict):
 
 
 class Eagle(_Strict):
+    enabled: bool = Field(False, description="On by default? Recipes start from ordinary serving (the baseline to "
+                                             "measure) and offer these draft settings as the next step.")
     head: Literal["mtp", "separate"] = Field("mtp", description="Draft head: the checkpoint's MTP layer or a separate EAGLE head.")
     steps: int = Field(3, description="Draft depth: speculative steps per verification.")
     topk: int = Field(1, description="Draft top-k.")
@@ -54,7 +56,7 @@ class Rollout(_Strict):
     dp_attention: int | None = Field(None, description="SGLang DP-attention size inside an engine.")
     ep: int | None = Field(None, description="SGLang expert-parallel size inside an engine.")
     server_groups: bool = Field(False, description="The recipe describes its engines as server groups in sglang.yaml.")
-    eagle: Eagle | None = Field(None, description="Speculative decoding the recipe enables by default.")
+    eagle: Eagle | None = Field(None, description="Speculative decoding settings for the model (its draft head); on only with enabled.")
     tis: bool = Field(False, description="The recipe turns TIS on by default.")
     mem_fraction_static: float = Field(0.7, description="--sglang-mem-fraction-static of the recipe.")
 
@@ -81,6 +83,13 @@ class EvalDefaults(_Strict):
 class Backends(_Strict):
     train: Literal["megatron", "embedded"] = "megatron"
     rollout: Literal["sglang", "embedded"] = "sglang"
+
+
+class RecipeText(_Strict):
+    """A recipe's user-facing texts in one more language (the English ones are `summary` and `notes`)."""
+
+    summary: str = Field(description="The summary, translated.")
+    notes: list[str] = Field(default_factory=list, description="The notes, translated, in the same order.")
 
 
 class Recipe(_Strict):
@@ -118,6 +127,13 @@ class Recipe(_Strict):
     train_args: list[str] = Field(
         default_factory=list, description="Extra runtime flags this recipe always passes (the tiny CPU recipe's tuned flags).")
     notes: list[str] = Field(default_factory=list, description="What the user should know (architecture reuse, validation scope).")
+    translations: dict[Literal["zh"], RecipeText] = Field(
+        default_factory=dict, description="summary and notes in other languages, by language code.")
+
+    def texts(self, lang: str) -> tuple[str, list[str]]:
+        """(summary, notes) in `lang`, English where no translation exists."""
+        t = self.translations.get(lang)  # type: ignore[call-overload]
+        return (t.summary, list(t.notes)) if t else (self.summary, list(self.notes))
 
     @property
     def path(self) -> Path:

@@ -312,5 +312,4 @@ def apply_repair(ws: Workspace, repair_id: str) -> Workspace:
     for r in propose_repairs(ws.b):
         if r.id == repair_id:
             return edit_many(ws, r.values, r.title)
-    raise ChangeError("action.id", f"repair {repair_id!r} does not apply to the current experiment "
-                                   "(it was fixed or changed); look at the current previews")
+    raise ChangeError("action.id", key="error.repair_stale", params={"id": repr(repair_id)})

@@ -7,7 +7,7 @@ CONTRACT (other modules and the page rely on these names and shapes):
   Raises `ChangeError(field, message)` for an unknown field or an invalid value; the input
   experiment is never modified.
 - `validate(exp) -> list[Finding]`: every other incompatibility, as findings naming fields + fix
-  (ids from validation-rules.md where one exists, LAB-* for the lab's own).
+  (ids shared with the runtime where it checks the same thing, LAB-* for the lab's own; docs/en/lab.md#findings-and-rule-ids).
 - `derive(exp) -> Derived`: the numbers the page and the shell show (N_actor, DP, engines, ...).
 - `new_experiment(recipe) -> Experiment`: the defaults of a recipe.
 
@@ -35,10 +35,20 @@ _FIELD_INFO = dict(iter_field_paths())
 
 
 class ChangeError(ValueError):
-    def __init__(self, field: str, message: str) -> None:
+    """A change that cannot be applied. `key` + `params` name the text in lab/locales/messages.*.json
+    (the API localises it); `message` is its English rendering, or a free text where no key exists."""
+
+    def __init__(self, field: str, message: str | None = None, key: str | None = None,
+                 params: dict[str, Any] | None = None) -> None:
+        if message is None:
+            from lab.messages import render
+
+            message = render(key or "", params)
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        self.key = key
+        self.params = dict(params or {})
 
 
 class FieldChange(BaseModel):
@@ -78,7 +88,7 @@ def check_text(path: str, value: Any) -> None:
     items = value if isinstance(value, list) else [value]
     for item in items:
         if isinstance(item, str) and any(c in item for c in ("\x00", "\n", "\r")):
-            raise ChangeError(path, "must not contain NUL or newline characters; give a single-line value")
+            raise ChangeError(path, key="error.single_line")
 
 
 def unknown_field_error(path: str) -> ChangeError:
@@ -86,8 +96,9 @@ def unknown_field_error(path: str) -> ChangeError:
     if not close:  # try the last segment, e.g. "tp" → resources.tp
         last = path.split(".")[-1]
         close = [p for p in sorted(LEAF_FIELDS) if p.split(".")[-1] == last][:3]
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return ChangeError(path, f"unknown field{hint}")
+    if close:
+        return ChangeError(path, key="error.unknown_field_hint", params={"close": ", ".join(close)})
+    return ChangeError(path, key="error.unknown_field")
 
 
 def validated(data: dict[str, Any], hint_path: str | None = None) -> Experiment:
@@ -97,13 +108,21 @@ def validated(data: dict[str, Any], hint_path: str | None = None) -> Experiment:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"] if not isinstance(x, int)) or (hint_path or "experiment")
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
+        msg, t, value = err["msg"], err["type"], err.get("input")
+        if t == "extra_forbidden":
             raise unknown_field_error(loc) from exc
-        if loc in _FIELD_INFO and err["type"] in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
-            msg = f"{msg} ({_range_text(loc)})"
-        elif err["type"] in {"int_type", "float_type", "bool_type", "string_type", "list_type", "int_from_float"}:
-            msg = f"wrong type: {msg} (got {type(err.get('input')).__name__} {err.get('input')!r})"
+        if loc in _FIELD_INFO and t in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
+            bounds = _range_text(loc).removeprefix("allowed range: ").replace(" and ", ", ")
+            raise ChangeError(loc, key="error.range", params={"value": repr(value), "bounds": bounds}) from exc
+        if t in {"int_type", "float_type", "bool_type", "string_type", "list_type", "int_from_float"}:
+            expected = {"int_from_float": "int", "string_type": "str"}.get(t, t.split("_")[0])
+            raise ChangeError(loc, key="error.wrong_type", params={
+                "expected": expected, "got": type(value).__name__, "value": repr(value)}) from exc
+        if t == "literal_error":
+            options = str(err.get("ctx", {}).get("expected", "")).replace(" or ", ", ")
+            raise ChangeError(loc, key="error.choice", params={"value": repr(value), "options": options}) from exc
+        if t == "string_pattern_mismatch":
+            raise ChangeError(loc, key="error.pattern", params={"pattern": err.get("ctx", {}).get("pattern", "")}) from exc
         raise ChangeError(loc, msg) from exc
 
 
@@ -186,8 +205,8 @@ def _recipe_values(recipe: Recipe, data: dict[str, Any]) -> list[tuple[str, Any,
         ("task.rollout_batch_size", recipe.rollout_batch_size, f"Rollout batch size {why}."),
         ("task.n_samples_per_prompt", recipe.n_samples_per_prompt, f"Samples per prompt {why}."),
         ("rollout.max_response_len", recipe.max_response_len, f"Response-token limit {why}."),
-        ("serving.eagle.enabled", eagle is not None,
-         f"EAGLE speculative decoding {'on' if eagle else 'off'} {why}."),
+        ("serving.eagle.enabled", bool(eagle and eagle.enabled),
+         f"EAGLE speculative decoding {'on' if eagle and eagle.enabled else 'off'} {why}."),
         ("corrections.tis", recipe.rollout.tis, f"TIS {'on' if recipe.rollout.tis else 'off'} {why}."),
         ("serving.mem_fraction_static", recipe.rollout.mem_fraction_static, f"SGLang static memory fraction {why}."),
         ("precision.recurrent_state_dtype", kind_dtype,
@@ -291,7 +310,7 @@ def apply_change(exp: Experiment, path: str, value: Any) -> tuple[Experiment, li
         raise unknown_field_error(path)
     check_text(path, value)
     if path == "model.recipe" and value not in all_recipes():
-        raise ChangeError(path, f"unknown model {value!r}; choose one of: {', '.join(all_recipes())}")
+        raise ChangeError(path, key="error.unknown_model", params={"value": repr(value), "choices": ", ".join(all_recipes())})
     data = exp.model_dump(mode="json")
     old_data = exp.model_dump(mode="json")
     set_path(data, path, value)

@@ -26,6 +26,17 @@ MAX_JSON_BYTES = 1_000_000
 
 
 class ShareError(ValueError):
+    """A link that cannot be opened; `key` + `params` name its text in lab/locales/messages.*.json."""
+
+    def __init__(self, message: str | None = None, key: str | None = None, params: dict | None = None) -> None:
+        if message is None:
+            from lab.messages import render
+
+            message = render(key or "", params)
+        super().__init__(message)
+        self.key = key
+        self.params = dict(params or {})
+
     """A link that cannot be opened; the message says why (not a link, corrupt, version, private)."""
 
 
@@ -65,18 +76,18 @@ def encode_ab_link(a: Experiment, b: Experiment, base_url: str = DEFAULT_BASE_UR
 
 def _token(link_or_token: str) -> str:
     if not isinstance(link_or_token, str) or not link_or_token.strip():
-        raise ShareError("not a share link: expected a URL with '#s=' or its token")
+        raise ShareError(key="error.share.not_link")
     text = link_or_token.strip()
     if "#" in text or "://" in text:
         fragment = text.split("#", 1)[1] if "#" in text else ""
         params = dict(p.split("=", 1) for p in fragment.split("&") if "=" in p)
         if "s" not in params:
-            raise ShareError("not a share link: the URL has no '#s=' fragment")
+            raise ShareError(key="error.share.no_fragment")
         text = params["s"]
     elif text.startswith("s="):
         text = text[2:]
     if len(text) > MAX_TOKEN_CHARS:
-        raise ShareError(f"share link too long ({len(text)} characters; at most {MAX_TOKEN_CHARS})")
+        raise ShareError(key="error.share.too_long", params={"n": len(text), "max": MAX_TOKEN_CHARS})
     return text
 
 
@@ -88,19 +99,18 @@ def _envelope(link_or_token: str) -> dict[str, Any]:
         inflater = zlib.decompressobj()
         raw = inflater.decompress(packed, MAX_JSON_BYTES)
         if inflater.unconsumed_tail:
-            raise ShareError("share link payload is too large")
+            raise ShareError(key="error.share.too_large")
         envelope = json.loads(raw.decode("utf-8"))
     except ShareError:
         raise
     except (binascii.Error, ValueError, zlib.error, UnicodeDecodeError) as exc:
         if bare:
-            raise ShareError("not a share link: expected a URL with '#s=' or a valid link token") from exc
-        raise ShareError(f"share link is corrupt (truncated or edited?): {exc.__class__.__name__}") from exc
+            raise ShareError(key="error.share.not_link") from exc
+        raise ShareError(key="error.share.corrupt") from exc
     if not isinstance(envelope, dict) or "v" not in envelope:
-        raise ShareError("share link is corrupt: no version")
+        raise ShareError(key="error.share.corrupt")
     if envelope["v"] != SHARE_VERSION:
-        raise ShareError(f"share link version {envelope['v']!r} is not known to this lab (it reads version {SHARE_VERSION}); "
-                         "update the lab or ask for a new link")
+        raise ShareError(key="error.share.version", params={"v": repr(envelope["v"]), "current": SHARE_VERSION})
     return envelope
 
 

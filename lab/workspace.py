@@ -188,7 +188,7 @@ def clear_a(ws: Workspace) -> Workspace:
 def restore_a(ws: Workspace) -> Workspace:
     """Replace B with A as one undoable entry; A itself stays."""
     if ws.a is None:
-        raise ChangeError("a", "no A is saved; use Save as A first")
+        raise ChangeError("a", key="error.no_a")
     changes = [FieldChange(path=p, old=o, new=n, reason="restored from A") for p, o, n in _diff(ws.b, ws.a)]
     return _push(ws, ws.a.model_copy(deep=True), HistoryEntry(label="restore A", changes=changes))
 

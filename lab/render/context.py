@@ -217,7 +217,7 @@ def _sglang_flag_lines(exp: Experiment, recipe: Recipe, with_yaml: bool) -> Flag
 
 
 def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[FlagGroup]:
-    """The flags of `train`, grouped as a reader looks for them (runtime-cli.md names)."""
+    """The flags of `train`, grouped as a reader looks for them (the runtime's flag names, docs/en/runtime.md)."""
     p, t, ro, r, pr, c, ev = (exp.placement, exp.task, exp.rollout, exp.resources, exp.precision,
                               exp.corrections, exp.evaluation)
     tiny = recipe.backends.train == "embedded"

@@ -36,6 +36,7 @@ async function loadLocale(lang) {
 function applyLocale() {
   document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
   for (const el of $$("[data-i18n]")) el.textContent = tr(el.dataset.i18n);
+  for (const el of $$("a[data-doc]")) el.href = `/docs/${state.lang}/${el.dataset.doc}`; // docs in the page's language
   for (const el of $$("[data-i18n-field]")) {
     const f = ui.loc.fields[el.dataset.i18nField];
     if (!f) continue;
@@ -103,7 +104,8 @@ function formatDetail(data) {
   if (!d) return tr("error_prefix") + ": " + JSON.stringify(data?.detail ?? data);
   const loc = (d.loc || []).filter((x) => !["body", "action", "workspace", "b"].includes(x));
   const path = loc.join(".");
-  const name = ui.loc?.fields?.[path] ? `${fieldLabel(path)} (${path})` : path;
+  const where = ui.loc?.ui?.["loc_" + path]; // what a non-field location (the JSON file, the link) is called
+  const name = ui.loc?.fields?.[path] ? `${fieldLabel(path)} (${path})` : where ?? path;
   return `${tr("error_prefix")}: ${name ? name + ": " : ""}${d.msg}`;
 }
 
@@ -144,6 +146,7 @@ function draw(v) {
   state.view = v;
   const exp = v.workspace.b;
   drawControls(exp, false);
+  if (changed("folded", v.folded)) drawFolded(v.folded || []);
   if (changed("findings", v.findings)) drawFindings(v.findings);
   if (changed("layout", v.layout)) drawLayout(v.layout);
   if (changed("derived", v.derived)) drawDerived(v.derived);
@@ -156,7 +159,7 @@ function draw(v) {
   if (v.last_change) drawLastChange(v.last_change);
   if (changed("recipe", v.recipe)) drawRecipe(v.recipe);
   if (changed("serving", [exp.placement, exp.serving, v.derived])) drawServing(exp, v.derived);
-  if (changed("diag", [exp.resources, v.derived.dp])) drawDiag(exp, v.derived);
+  if (changed("diag", v.diagrams)) drawDiag(v.diagrams);
   if (changed("repairs", [v.repairs, v.derived, exp.placement])) drawRepairs(v.repairs, v);
   if (changed("image", v.image)) drawImage(v.image);
   if (changed("provenance", v.provenance)) drawProvenance(v.provenance);
@@ -164,6 +167,12 @@ function draw(v) {
   state.rev += 1;
   document.body.dataset.rev = String(state.rev);
   document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));
+}
+
+// Controls that cannot apply to the current choices are folded away (the server decides which).
+function drawFolded(paths) {
+  const folded = new Set(paths);
+  for (const wrap of $$("[data-field-wrap]")) wrap.hidden = folded.has(wrap.dataset.fieldWrap);
 }
 
 function valueToControl(el, v) {

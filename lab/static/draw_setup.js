@@ -57,6 +57,7 @@ export function drawMemory(m) {
   html += `<p>${esc(tr("memory_capacity"))}: <b>${esc(fmt(m.gpu_memory_gib))} GiB</b> · ${esc(tr("memory_total"))}: <b>${esc(fmt(m.peak_gib))} GiB</b></p>`;
   if (m.host_optimizer_gib_per_gpu) html += `<p>${esc(tr("memory_host", { g: fmt(m.host_optimizer_gib_per_gpu) }))}</p>`;
   if (m.kv_tokens_per_engine) html += `<p>${esc(tr("memory_kv", { t: m.kv_tokens_per_engine.toLocaleString() }))}</p>`;
+  if (m.state_pool_gib > 0) html += cachePools(m);
   const excl = m.exclusions || [];
   if (excl.length) html += `<p class="note"><b>${esc(tr("memory_excluded"))}:</b></p><ul class="note excl">${excl.map((x) => `<li>${esc(x)}</li>`).join("")}</ul>`;
   box.innerHTML = html;
@@ -91,8 +92,33 @@ export function drawServing(exp, d) {
   $("#serving-diagram").innerHTML = parts.join("");
 }
 
-export function drawDiag(exp, d) {
-  const vals = { tp: exp.resources.tp, pp: exp.resources.pp, ep: exp.resources.ep, cp: exp.resources.cp, zero: d.dp };
-  for (const el of $$("[data-diag-value]")) el.textContent = String(vals[el.dataset.diagValue]);
+export function drawDiag(diagrams) {
+  for (const [kind, g] of Object.entries(diagrams || {})) {
+    const value = $(`[data-diag-value="${kind}"]`);
+    if (value) value.textContent = String(g.size);
+    const cells = $(`[data-diag-cells="${kind}"]`);
+    if (cells) {
+      cells.className = `diag-cells ${kind}${g.mode ? " " + g.mode : ""}`;
+      cells.innerHTML = g.cells.map((c) => c.ellipsis
+        ? `<div class="dcell more">${esc(tr(c.key, c.params))}</div>`
+        : `<div class="dcell" data-index="${c.index}"><b>${esc(c.label)}</b><span>${esc(tr(c.key, c.params))}</span></div>`).join("");
+    }
+    const note = $(`[data-diag-note="${kind}"]`);
+    if (note) note.textContent = tr(g.key, g.params);
+  }
 }
 
+
+// Hybrid models: the cache budget drawn as two pools at their estimated sizes (widths ∝ GiB).
+function cachePools(m) {
+  const total = m.kv_pool_gib + m.state_pool_gib;
+  const W = 360, kvW = total > 0 ? Math.max(2, Math.round((W * m.kv_pool_gib) / total)) : W / 2;
+  const label = (x, w, key, gib) =>
+    `<text x="${x + w / 2}" y="30" text-anchor="middle">${esc(tr(key))}</text>` +
+    `<text x="${x + w / 2}" y="48" text-anchor="middle">${esc(fmt(gib))} GiB</text>`;
+  return `<figure class="pools" data-pools="hybrid"><svg viewBox="0 0 ${W} 60" width="${W}" height="60" role="img" ` +
+    `aria-label="${esc(tr("pools_title"))}"><rect class="pool-kv" x="0" y="8" width="${kvW}" height="48"></rect>` +
+    `<rect class="pool-state" x="${kvW}" y="8" width="${W - kvW}" height="48"></rect>` +
+    label(0, kvW, "pool_kv", m.kv_pool_gib) + label(kvW, W - kvW, "pool_state", m.state_pool_gib) + `</svg>` +
+    `<figcaption>${esc(tr("pools_caption", { r: fmt(m.state_kv_ratio) }))}</figcaption></figure>`;
+}

@@ -9,6 +9,8 @@ export const ui = { loc: null }; // the current locale file (app.js sets it)
 export function tr(key, vars) {
   let s = ui.loc?.ui?.[key];
   if (s === undefined) s = key;
+  // {n|one|other}: the word that agrees with the number n (English "1 engine", "2 engines"); Chinese has none
+  if (vars) s = s.replace(/\{(\w+)\|([^|}]*)\|([^}]*)\}/g, (m, k, one, other) => (k in vars ? (Number(vars[k]) === 1 ? one : other) : m));
   if (vars) s = s.replace(/\{(\w+)\}/g, (m, k) => (k in vars ? String(vars[k]) : m));
   return s;
 }

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover - typing only, torch is optional here
     import torch
 
 GRPO_EPS = 1e-6
-"""Added to the (unbiased) group std, as in grpo.md: ``(r - mean) / (std + 1e-6)``."""
+"""Added to the (unbiased) group std, as in docs/en/corrections.md#grpo-normalisation: ``(r - mean) / (std + 1e-6)``."""
 
 WHITEN_EPS = 1e-8
 """Added to the batch variance when whitening (reinforce_plus_plus*): ``a / sqrt(var + eps)``."""
@@ -49,7 +49,7 @@ def _as_floats(rewards: Sequence[float]) -> list[float]:
 def normalize_group_rewards(
     rewards: Sequence[float], n_samples_per_prompt: int, std_normalization: bool = True
 ) -> list[float]:
-    """GRPO group normalization (grpo.md): per group of n, ``(r - mean) / (std + 1e-6)``.
+    """GRPO group normalization (docs/en/corrections.md#grpo-normalisation): per group of n, ``(r - mean) / (std + 1e-6)``.
 
     ``std`` is the unbiased (n - 1) sample standard deviation. ``std_normalization=False``
     keeps mean-centring only (``--disable-grpo-std-normalization``, Dr. GRPO); it is forced when

@@ -187,7 +187,7 @@ def icepop_weights(
 
 
 def sc_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, n: int, clip: float) -> torch.Tensor:
-    """Score-centering advantages (glossary.md): ``A_i = s_i - mean_group(s)``, ``s_i = w_i r_i``.
+    """Score-centering advantages (docs/en/corrections.md#sc-score-centering-with-reinforce): ``A_i = s_i - mean_group(s)``, ``s_i = w_i r_i``.
 
     ``w_i = min(exp(seq_log_ratio_i), clip)`` with ``seq_log_ratio_i = sum_t (log pi_train -
     log pi_rollout)`` over sample i's response (detached). Samples of one prompt are n

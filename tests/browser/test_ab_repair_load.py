@@ -56,6 +56,7 @@ PRIVATE = {"paths.save": "/home/alice/secret-ckpt", "serving.pd.rdma_devices": "
 
 def test_ab_share_link_opens_in_a_fresh_context_with_no_private_value(new_page, lab_url):
     page = new_page()
+    act(page, lambda: field(page, "serving.pd.enabled").check())  # RDMA devices are folded while PD is off
     for path, text in PRIVATE.items():
         fill(page, path, text)
     page.locator("#ab > summary").click()

@@ -92,3 +92,80 @@ def test_language_switch_is_remembered(new_page):
     assert page.evaluate("document.documentElement.lang") == "zh-CN"
     assert page.locator("#undo").inner_text() == "撤销"
     assert_clean(page)
+
+
+@pytest.mark.browser
+def test_counts_agree_with_their_nouns_in_both_languages(new_page):
+    probe = """async () => { const m = await import('/static/util.js');
+        return [m.tr('srv_engines', {n: 1, e: 1}), m.tr('srv_engines', {n: 3, e: 8}),
+                m.tr('cmd_worker', {n: 1}), m.tr('summary_counts', {e: 1, w: 0, i: 2})]; }"""
+    en = new_page().evaluate(probe)
+    assert en == ["1 engine × 1 GPU", "3 engines × 8 GPUs", "On each of the 1 worker node:",
+                  "Static checks: 1 error, 0 warnings, 2 notes."]
+    zh = new_page(lang="zh").evaluate(probe)
+    assert zh[0] == "1 个引擎 × 每个 1 张 GPU" and zh[1] == "3 个引擎 × 每个 8 张 GPU"
+    assert not any("|" in s or "{" in s for s in en + zh)
+
+
+# Technical words the Chinese tutorial itself keeps in English (or that name code, flags and units).
+TUTORIAL_TERMS = {
+    "Colocated", "Disaggregated", "External", "Fully", "async", "Fully async", "External SGLang", "producer",
+    "Ray", "worker", "head", "kernel", "shell", "replay", "offload", "Deterministic", "deterministic", "Flash",
+    "Gated", "DeltaNet", "Delta", "Net", "FLA", "MLA", "GQA", "Dense", "dense", "repair", "finding", "findings",
+    "profiling", "trace", "Trace", "Profiling", "schema", "commit", "hash", "Docker", "tokens", "masks",
+    "verifier", "reward", "Reward", "sampler", "server", "launcher", "host", "port", "Batch", "Checkpoint",
+    "Prompt", "Agent", "Megatron", "HiCache", "draft", "top-k", "stage", "micro-batch", "query", "rank",
+    "int", "float", "bool", "str", "list", "Mooncake", "DeepSeek-R1", "Qwen3", "GLM-4", "GLM-5", "NUL", "UTF-8",
+    "fully", "debug", "check", "reference", "trainer", "log-prob", "clipping", "masking", "OOM", "schema-1",
+    "choices", "spec", "colocated", "separate", "logits", "float32", "bfloat16", "CUDA", "context", "graph",
+    "NCCL", "PyTorch", "Megatron-core", "Hopper", "hopper", "Ampere", "Blackwell", "router", "dispatcher",
+    "DP-attention", "old-actor", "OPD", "KL", "radix", "cache", "flash-linear-attention", "DeepSeek", "Qwen3.5",
+}
+# ids and names that are technical by shape: finding ids (SGL-5, LAB-CKP-1), engine labels (E12), model
+# and GPU names (GLM-4.7, Qwen3.8-27B, 355B-A32B, H100), field paths (serving.concurrency)
+TECHNICAL = re.compile(r"^([A-Z]+(-[A-Z0-9]+)+|E\d+|H\d+|[A-Za-z]+[-.]?\d[\w.\-]*|\d*B-A\d+B|[a-z_]+\.[a-z_.]+)$")
+
+
+def _visible_text(page) -> list[str]:
+    return page.evaluate("""() => {
+        document.querySelectorAll('details').forEach(d => d.open = true);
+        const skip = 'pre, code, .cmd, #previews, #provenance-body, #share-link, [data-field="model.recipe"], ' +
+                     '[data-field="install.image"], #lang, .diag-cells b, .private-marker + input';
+        const out = [];
+        const walker = document.createTreeWalker(document.querySelector('main'), NodeFilter.SHOW_TEXT);
+        for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+            const el = n.parentElement;
+            if (!el || el.closest(skip) || el.closest('[hidden]') || !el.offsetParent) continue;
+            const t = n.textContent.trim();
+            if (t) out.push(t);
+        }
+        const err = document.querySelector('#error');
+        if (err && !err.hidden) out.push(err.textContent.trim());
+        return out;
+    }""")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("recipe", ["glm4-9b", "glm4.7", "qwen3.8-27b"])
+def test_chinese_page_has_no_english_after_every_step_and_a_server_error(new_page, recipe):
+    from conftest import act
+
+    page = new_page(lang="zh")
+    act(page, lambda: page.select_option('[data-field="model.recipe"]', recipe))
+    for switch in ("serving.pd.enabled", "serving.hicache.enabled", "serving.eagle.enabled", "evaluation.enabled"):
+        act(page, lambda: page.locator(f'[data-field="{switch}"]').check())
+    seen: list[str] = []
+    for step in ["intro"] + [f"step-{i}" for i in range(1, 7)] + ["export"]:
+        page.locator(f'[data-goto="{step}"]').first.click()
+        seen += _visible_text(page)
+    page.set_input_files("#load-json", files=[{"name": "broken.json", "mimeType": "application/json", "buffer": b"{not json"}])
+    page.wait_for_function("document.querySelector('#error').textContent.includes('broken.json')")
+    error = page.locator("#error").inner_text()
+    assert "JSON" in error and "不是有效的" in error, error
+    seen += _visible_text(page)
+    allowed = ALLOWED | TUTORIAL_TERMS
+    leftovers = {t: [w for w in _leftovers(t) if w not in allowed and w.rstrip(".,;:)") not in allowed
+                     and not TECHNICAL.match(w.rstrip(".,;:)"))] for t in set(seen)}
+    leftovers = {t: w for t, w in leftovers.items() if w}
+    assert len(seen) > 300
+    assert not leftovers, "\n".join(f"{t!r}: {w}" for t, w in sorted(leftovers.items()))

@@ -121,6 +121,12 @@ def test_share_link_reproduces_architecture_without_private_fields(new_page, lab
     choose(page, "model.recipe", "glm4.7")
     choose(page, "placement.ownership", "external")
     act(page, lambda: page.locator('[data-field="serving.pd.enabled"]').check())
+    # the switches that unfold the other private fields (hooks, queue dir, draft head, eval data)
+    choose(page, "task.kind", "custom")
+    for switch in ("rollout.queue", "serving.eagle.enabled", "evaluation.enabled"):
+        reveal(page, switch)
+        act(page, lambda: page.locator(f'[data-field="{switch}"]').check())
+    choose(page, "serving.eagle.head", "separate")
     paths = _private_controls(page)
     private = sorted(p for p in paths if p in PRIVATE_FIELDS)
     assert sorted(PRIVATE_FIELDS) == private, "every private field has a control"

@@ -14,7 +14,7 @@ from lab.recipes import all_recipes
 
 KEYS = {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands", "files",
         "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change",
-        "repairs", "provenance", "image"}
+        "repairs", "provenance", "image", "folded", "diagrams"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
@@ -180,7 +180,7 @@ def test_grpo_example_comes_from_the_runtime_function(client, monkeypatch):
     assert calls, "the numbers come from slime.data.batch_builder.normalize_group_rewards"
     assert g["rewards"] == [1, 1, 1, 1, 0, 0, 0, 0] and g["mean"] == 0.5
     assert math.isclose(g["std"], math.sqrt(2 / 7)) and g["std_expr"] == "√(2/7)"
-    expected = 0.5 / (math.sqrt(2 / 7) + 1e-6)  # grpo.md: unbiased std, epsilon added to the std
+    expected = 0.5 / (math.sqrt(2 / 7) + 1e-6)  # docs/en/corrections.md#grpo-normalisation: unbiased std, epsilon added to the std
     assert all(math.isclose(a, s * expected, abs_tol=1e-9) for a, s in zip(g["advantages"], [1] * 4 + [-1] * 4))
     assert round(abs(g["advantages"][0]), 2) == 0.94  # a biased std would give ±1.0
 

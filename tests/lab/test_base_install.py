@@ -13,7 +13,7 @@ HEAVY = ("torch", "ray", "transformers", "numpy", "megatron", "sglang")
 def test_base_dependencies_pull_no_torch_or_ray() -> None:
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {d.split(">")[0].split("=")[0].split("[")[0].strip().lower() for d in deps}
-    assert names == {"fastapi", "uvicorn", "pydantic", "jinja2", "pyyaml"}
+    assert names == {"fastapi", "uvicorn", "pydantic", "jinja2", "pyyaml", "markdown-it-py", "latex2mathml"}
 
 
 def test_the_lab_serves_renders_and_shows_grpo_numbers_with_heavy_packages_blocked() -> None:
@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 from lab.app import create_app
 client = TestClient(create_app())
 assert client.get("/").status_code == 200
+assert "<math" in client.get("/docs/en/corrections.md").text
 view = client.post("/api/workspace", json={{"workspace": None, "action": {{"type": "view"}}}})
 assert view.status_code == 200, view.text
 assert "experiment.sh" in view.json()["files"]

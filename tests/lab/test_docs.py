@@ -170,3 +170,108 @@ def test_the_foreign_flag_list_has_no_stale_entries() -> None:
     text = "\n".join((EN / p).read_text(encoding="utf-8") for p in FLAG_PAGES)
     stale = [f for f in FOREIGN_FLAGS if not re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text)]
     assert not stale, f"FOREIGN_FLAGS lists flags no checked page mentions: {stale}"
+
+
+# --- the docs as the lab serves them, and the page's links into them -----------------------------
+
+REFERENCE_NAMES = ("validation-rules.md", "glossary.md", "runtime-cli.md", "grpo.md")
+SOURCE_DIRS = ("lab", "slime", "tests", "tools", "scripts", "recipes", "bench")
+
+
+def _anchor_targets() -> list[tuple[str, str, str]]:
+    """(docs file, link target page, anchor) for every relative link with an anchor in the docs."""
+    out = []
+    for path in _doc_files():
+        for _, line, fenced in _prose_lines(path.read_text(encoding="utf-8")):
+            if fenced:
+                continue
+            for target in LINK_RE.findall(re.sub(r"`[^`]*`", "", line)):
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target) or "#" not in target:
+                    continue
+                file_part, anchor = target.split("#", 1)
+                page = (path.parent / file_part).resolve() if file_part else path
+                out.append((str(path.relative_to(REPO)), str(page.relative_to(DOCS)), anchor))
+    return out
+
+
+def test_every_anchor_link_in_the_docs_opens_an_existing_section() -> None:
+    from lab.docs import section_ids
+
+    targets = _anchor_targets()
+    assert len(targets) >= 15, targets
+    broken = [f"{src}: {page}#{anchor}" for src, page, anchor in targets if anchor not in section_ids(page)]
+    assert not broken, "links to sections that do not exist:\n" + "\n".join(broken)
+
+
+def test_every_why_and_see_link_of_the_page_opens_a_section_in_both_languages() -> None:
+    from lab.doc_links import SEE, WHY, WHY_EXTRA, all_targets
+    from lab.docs import section_ids
+    from lab.page import field_specs, render_page
+
+    html = render_page()
+    drawn = set(re.findall(r'data-doc="([^"]+)"', html))
+    assert set(all_targets()) == drawn, "every link of lab/doc_links.py is drawn, and only those"
+    assert set(WHY) <= set(field_specs()), set(WHY) - set(field_specs())
+    switches = {"task.advantage_estimator", "corrections.tis", "corrections.icepop", "corrections.r3", "corrections.sc",
+                "corrections.deterministic", "placement.scheduling", "precision.rollout", "serving.pd.enabled",
+                "serving.hicache.enabled", "serving.eagle.enabled"}
+    assert switches <= set(WHY), switches - set(WHY)
+    assert "kl" in WHY_EXTRA and len(SEE) >= 7
+    broken = []
+    for target in sorted(drawn):
+        page, _, anchor = target.partition("#")
+        for lang in ("en", "zh"):
+            ids = section_ids(f"{lang}/{page}")
+            if not ids:
+                broken.append(f"{lang}/{page} does not exist")
+            elif anchor and anchor not in ids:
+                broken.append(f"{lang}/{page}#{anchor}: no such section")
+    assert not broken, "\n".join(broken)
+
+
+def test_each_why_and_math_derivation_cites_its_original_paper() -> None:
+    from lab.doc_links import WHY, WHY_EXTRA
+    from lab.docs import render_markdown
+
+    targets = set(WHY.values()) | {t for _, t in WHY_EXTRA.values()}
+    for target in sorted(targets):
+        page, _, anchor = target.partition("#")
+        for lang in ("en", "zh"):
+            _, body = render_markdown(f"{lang}/{page}")
+            start = body.index(f'id="{anchor}"')
+            nxt = re.search(r"<h[12] id=", body[start + 1:])
+            section = body[start: start + 1 + nxt.start()] if nxt else body[start:]
+            assert re.search(r"arXiv:\d{4}\.\d{4,5}|\b(19|20)\d\d\b", section), f"{lang}/{target} cites no paper"
+            if page in ("corrections.md", "speculative-decoding.md", "serving-cost.md", "precision.md"):
+                assert "<math" in section or "<math" in body, f"{lang}/{page} has no formula"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_lab_serves_every_docs_page_with_mathml_and_working_links(lang: str) -> None:
+    from fastapi.testclient import TestClient
+
+    from lab.app import create_app
+
+    client = TestClient(create_app())
+    math_pages = 0
+    for page in _pages(EN):
+        r = client.get(f"/docs/{lang}/{page}")
+        assert r.status_code == 200, (page, r.status_code)
+        assert "<script" not in r.text and "tex-error" not in r.text, page
+        math_pages += "<math" in r.text
+        for href in re.findall(r'href="(/docs/[^"#]+)', r.text):
+            assert client.get(href).status_code == 200, f"{lang}/{page} links {href}"
+    assert math_pages >= 7
+    assert client.get("/docs/en/../../README.md").status_code == 404
+    assert client.get(f"/docs/{lang}/no-such-page.md").status_code == 404
+
+
+def test_source_files_cite_docs_pages_not_reference_files_outside_the_repository() -> None:
+    hits = []
+    for folder in SOURCE_DIRS:
+        for path in (REPO / folder).rglob("*"):
+            if path.suffix not in (".py", ".js", ".j2", ".sh", ".yaml", ".html") or path.name == "test_docs.py":
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            hits += [f"{path.relative_to(REPO)}: {name}" for name in REFERENCE_NAMES if name in text]
+    assert not hits, "cite docs/ instead:\n" + "\n".join(hits)

@@ -73,3 +73,22 @@ def test_colocated_peak_is_the_larger_phase():
 def test_param_counts_are_reported_from_the_model_spec():
     m = estimate_memory(new_experiment("deepseek-r1"))
     assert 600 < m.total_params_b < 740 and 33 < m.active_params_b < 41
+
+
+def test_hybrid_cache_is_two_pools_split_at_the_state_kv_ratio():
+    e = new_experiment("qwen3.8-27b")
+    m = estimate_memory(e)
+    assert m.state_kv_ratio == 0.9  # SGLang's default when the experiment sets none
+    assert m.state_pool_gib == pytest.approx(m.kv_pool_gib * 0.9, rel=0.02)
+    names = list(m.rollout.items_gib)
+    assert any(n.startswith("attention KV pool") for n in names) and any(n.startswith("recurrent-state pool") for n in names)
+    half = estimate_memory(apply_change(e, "precision.state_kv_ratio", 0.5)[0])
+    assert half.state_pool_gib == pytest.approx(half.kv_pool_gib * 0.5, rel=0.02)
+    assert half.kv_pool_gib > m.kv_pool_gib and half.kv_tokens_per_engine > m.kv_tokens_per_engine
+    both = m.kv_pool_gib + m.state_pool_gib
+    assert both == pytest.approx(half.kv_pool_gib + half.state_pool_gib, abs=0.02)  # the same budget, split differently
+
+
+def test_models_without_recurrent_layers_have_one_pool():
+    m = estimate_memory(new_experiment("glm4-9b"))
+    assert m.state_pool_gib == 0 and m.state_kv_ratio is None and "KV cache (rest of the static fraction)" in m.rollout.items_gib

@@ -261,7 +261,8 @@ def test_every_dependent_change_reason_localizes():
         used.add(hit[0])
         _check_zh(localize_english(reason, "zh"), reason)
     unused = {k for k in EN if k.startswith("change.")} - used
-    assert unused <= {"change.recipe.eagle_off", "change.recipe.tis_on"}, unused  # no recipe has EAGLE on with TIS on ...
+    # no recipe turns TIS or EAGLE on by default (ordinary serving is the starting point) ...
+    assert unused <= {"change.recipe.eagle_on", "change.recipe.tis_on"}, unused
 
 
 def test_history_entries_localize_label_and_reasons():

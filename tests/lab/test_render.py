@@ -1,5 +1,5 @@
 """Renderers: every recipe and ownership mode renders, passes `bash -n` and shellcheck, and the
-files say what the spec asks (flags by runtime-cli.md names, embedded sglang.yaml, schema 2 JSON)."""
+files say what the spec asks (flags by the runtime's names, embedded sglang.yaml, schema 2 JSON)."""
 from __future__ import annotations
 
 import json
@@ -154,7 +154,7 @@ def _embedded_yaml(sh: str) -> dict:
 
 
 def test_server_groups_are_embedded_sglang_yaml_with_update_weights():
-    sh = render_all(experiment_for("glm5.3"))["experiment.sh"]
+    sh = render_all(experiment_for("glm5.3", serving__eagle__enabled=True))["experiment.sh"]
     doc = _embedded_yaml(sh)
     actor = doc["sglang"][0]
     assert actor["update_weights"] is True
@@ -179,7 +179,7 @@ def test_pd_yaml_has_hicache_on_prefill_only_and_mooncake(tmp_path):
 
 
 def test_eagle_without_server_groups_uses_speculative_flags(tmp_path):
-    args = train_args(tmp_path, render_all(experiment_for("glm4.7-flash")))
+    args = train_args(tmp_path, render_all(experiment_for("glm4.7-flash", serving__eagle__enabled=True)))
     joined = " ".join(args)
     assert "--sglang-speculative-algorithm EAGLE --sglang-speculative-num-steps 3" in joined
     assert "--sglang-speculative-eagle-topk 1 --sglang-speculative-num-draft-tokens 4" in joined
@@ -225,7 +225,7 @@ def test_runtime_env_sets_cuda_device_max_connections_only_with_tp_or_cp():
 
 
 def test_serving_reference_lists_launch_flags_and_verification():
-    ref = render_all(experiment_for("glm4.7-flash", "external"))["serving-reference.sh"]
+    ref = render_all(experiment_for("glm4.7-flash", "external", serving__eagle__enabled=True))["serving-reference.sh"]
     assert "--tp-size 8" in ref and "--speculative-algorithm EAGLE" in ref
     assert "/server_info" in ref and "/model_info" in ref and "set -euo pipefail" in ref
     assert "belong to your external launcher" in ref

@@ -33,7 +33,9 @@ def test_choosing_a_model_copies_its_recipe(name):
     assert (e.resources.cpu_adam, e.resources.recompute, e.resources.max_tokens_per_gpu) == (r.cpu_adam, r.recompute, r.max_tokens_per_gpu)
     assert (e.task.rollout_batch_size, e.task.n_samples_per_prompt) == (r.rollout_batch_size, r.n_samples_per_prompt)
     assert e.rollout.max_response_len == r.max_response_len
-    assert e.serving.eagle.enabled == (r.rollout.eagle is not None)
+    # ordinary serving is every recipe's starting point; EAGLE's settings wait for the user to turn it on
+    assert e.serving.eagle.enabled is False
+    assert e.serving.eagle.enabled == bool(r.rollout.eagle and r.rollout.eagle.enabled)
     if r.rollout.eagle:
         eg = r.rollout.eagle
         assert (e.serving.eagle.head, e.serving.eagle.steps, e.serving.eagle.topk, e.serving.eagle.draft_tokens) == (

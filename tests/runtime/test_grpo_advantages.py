@@ -1,4 +1,4 @@
-"""GRPO advantages and batch building: the numbers grpo.md promises."""
+"""GRPO advantages and batch building: the numbers docs/en/corrections.md#grpo-normalisation promises."""
 
 from __future__ import annotations
 

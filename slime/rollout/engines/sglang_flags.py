@@ -71,6 +71,11 @@ RESERVED = frozenset({"tp_size", "model_path", "host", "port", "nccl_port", "ran
                       "node_rank", "dist_init_addr", "base_gpu_id", "gpu_id_step", "enable_memory_saver",
                       "skip_server_warmup"})
 
+# ServerArgs defaults that a reader of slime's settings needs to know (same SGLANG_VERSION):
+# hybrid (Mamba / GDN) models split the cache memory left after the weights between the
+# recurrent-state pool and the attention KV pool at this state : KV ratio.
+DEFAULTS = {"mamba_full_memory_ratio": 0.9}
+
 DISAGGREGATION_TRANSFER_BACKENDS = ("mooncake", "nixl", "ascend", "fake")
 WORKER_TYPES = ("regular", "prefill", "decode")
 
