@@ -12,9 +12,9 @@ from lab.model_spec import (
     ModelSpecError,
     compare_with_hf_config,
     load_model_spec,
-    parse_moe_layer_freq,
     spec_from_text,
 )
+from slime.model_spec import expand_layer_pattern
 from lab.recipes import all_recipes
 
 # (file, layers, hidden, heads, kv groups, ffn, experts, topk, moe ffn, dense layers, vocab) from models.md
@@ -120,8 +120,8 @@ def test_parser_rejects_a_file_without_model_args():
 
 def test_moe_layer_freq_must_cover_every_layer():
     with pytest.raises(ModelSpecError, match="describes 3 layers"):
-        parse_moe_layer_freq("[0]*1+[1]*2", 4)
-    assert parse_moe_layer_freq(2, 4) == (1, 0, 1, 0)
+        expand_layer_pattern("[0]*1+[1]*2", 4, "--moe-layer-freq")
+    assert expand_layer_pattern(2, 4, "--moe-layer-freq") == (1, 0, 1, 0)
 
 
 def test_spec_parsing_is_cached():
@@ -130,7 +130,8 @@ def test_spec_parsing_is_cached():
 
 
 def _hf_config_glm4_9b():
-    return {"hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 40, "intermediate_size": 13696,
+    return {"model_type": "glm4", "attention_bias": True, "partial_rotary_factor": 0.5, "head_dim": 128,
+            "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 40, "intermediate_size": 13696,
             "num_key_value_heads": 2, "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
             "vocab_size": 151552}
 
@@ -190,3 +191,17 @@ def test_tiny_spec_vocab_matches_the_tiny_tokenizer_when_present():
     for field, value in (("hidden_size", spec.hidden), ("intermediate_size", spec.ffn), ("num_hidden_layers", spec.layers),
                          ("num_attention_heads", spec.heads), ("num_key_value_heads", spec.kv_groups)):
         assert f"{field}={value}" in prepare.read_text()
+
+
+def test_glm5_counts_an_indexer_only_on_layers_that_compute_the_index():
+    s = load_model_spec(MODELS_DIR / "glm5.2-744B-A40B.sh")
+    assert s.dsa_indexer_layers == 21  # layers 0, 1, 2, then every 4th from 6
+    every_layer = s.model_copy(update={"index_topk_freq": 1})
+    saved = every_layer.total_params - s.total_params
+    assert saved == (s.layers - 21) * s._indexer_params() and 0.4e9 < saved < 0.6e9
+
+
+def test_recipe_kind_is_what_its_spec_says():
+    for r in all_recipes().values():
+        assert r.kind == load_model_spec(r.model_spec).kind
+    assert {r.name: r.kind for r in all_recipes().values()}["qwen3.8-27b"] == "hybrid"
