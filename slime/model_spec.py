@@ -716,6 +716,33 @@ def compare_with_config(spec: ModelSpec | str | Path | Mapping[str, Any] | Seque
     return out
 
 
+_FROM_CONFIG = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size",
+                "num_attention_heads": "num_attention_heads", "vocab_size": "vocab_size"}
+
+
+def flag_mismatches(flags: Mapping[str, Any], config_json: Mapping[str, Any]) -> list[Mismatch]:
+    """Like :func:`compare_with_config` for a command line that may carry only some model flags
+    (``train.py --hidden-size 128 ...``): with a whole spec every field is compared, otherwise only
+    the fields whose flags were given."""
+    cfg = flatten_config(config_json)
+    full = all(k in flags for k in _FROM_CONFIG)
+    if not full and not any(k.replace("_", "-") in _KNOWN_MODEL_FLAGS for k in flags):
+        return []
+    filled = {k: cfg[v] for k, v in _FROM_CONFIG.items() if k not in flags and cfg.get(v) is not None}
+    try:
+        found = compare_with_config(spec_from_flags({**filled, **flags}), config_json)
+    except ModelSpecError:
+        return []  # too little to build a spec from; nothing to compare
+    given = {_flag(k) for k in flags}
+    return [m for m in found if full or any(f in given for f in re.findall(r"--[a-z0-9-]+", m.flag))]
+
+
+_KNOWN_MODEL_FLAGS = {"num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "num-query-groups",
+                      "kv-channels", "vocab-size", "norm-epsilon", "rotary-base", "rotary-percent",
+                      "untie-embeddings-and-output-weights", "add-qkv-bias", "qk-layernorm", "num-experts",
+                      "multi-latent-attention"}
+
+
 def compare_lines(spec: Any, config_json: Mapping[str, Any]) -> list[str]:
     return [str(m) for m in compare_with_config(spec, config_json)]
 
