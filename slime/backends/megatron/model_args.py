@@ -37,12 +37,10 @@ def _require(flags: Mapping[str, Any], *keys: str) -> None:
 
 # --- what this backend builds ------------------------------------------------------------------
 
-# Flags the spec files use that megatron-core's GPTModel cannot express without a custom layer
-# spec (GLM-4's extra post-norms, Qwen3.5's Gated DeltaNet layers). Refused with the reason rather
+# Flags the spec files use that this backend does not build yet (Qwen3.5's Gated DeltaNet layers,
+# GLM-5's DSA indexer). Refused with the reason rather
 # than silently building a different network.
 UNSUPPORTED = {
-    "post_self_attn_layernorm": "GLM-4's post-attention sandwich norm needs a custom layer spec",
-    "post_mlp_layernorm": "GLM-4's post-MLP sandwich norm needs a custom layer spec",
     "hybrid_linear_attention": "Gated DeltaNet layers need flash-linear-attention and a hybrid spec",
     "enable_dsa_indexer": "DeepSeek sparse attention (the DSA indexer) needs its own attention spec",
 }
