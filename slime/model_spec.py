@@ -672,6 +672,13 @@ def compare_with_config(spec: ModelSpec | str | Path | Mapping[str, Any] | Seque
             cmp("router scaling", ("routed_scaling_factor",), "--moe-router-topk-scaling-factor", s.topk_scaling)
             cmp("router groups", ("n_group",), "--moe-router-num-groups", s.router_groups or 1)
             cmp("router group top-k", ("topk_group",), "--moe-router-group-topk", s.router_group_topk or 1)
+            if (cfg.get("n_group") or 1) > 1 and s.router_group_topk:
+                # DeepSeek-style checkpoints score a group by its 2 best experts; megatron-core by its
+                # top-k / group-top-k best: the spec must make those equal.
+                per_group = s.topk // s.router_group_topk
+                if per_group != 2:
+                    out.append(Mismatch("experts scoring a group", "n_group (groups scored by their 2 best experts)",
+                                        2, "--moe-router-topk / --moe-router-group-topk", per_group))
             cmp("router score function", ("scoring_func",), "--moe-router-score-function", s.score_function)
             if cfg.get("topk_method") is not None:
                 cmp("router expert bias", ("topk_method",), "--moe-router-enable-expert-bias", s.expert_bias,

@@ -86,10 +86,10 @@ FAMILIES: dict[str, dict[str, Any]] = {
         "real": "deepseek-v3.sh",
         "config": ("DeepseekV3Config", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                                             moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
-                                            num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+                                            num_key_value_heads=4, n_shared_experts=1, n_routed_experts=16,
                                             routed_scaling_factor=2.5, kv_lora_rank=16, q_lora_rank=32,
                                             qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, n_group=4,
-                                            topk_group=2, num_experts_per_tok=2, first_k_dense_replace=1,
+                                            topk_group=2, num_experts_per_tok=4, first_k_dense_replace=1,
                                             rms_norm_eps=1e-6, tie_word_embeddings=False, num_nextn_predict_layers=1,
                                             max_position_embeddings=4096,
                                             rope_parameters={"rope_theta": 10000.0, "rope_type": "yarn", "factor": 40.0,
@@ -100,7 +100,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
                  "--qk-layernorm", "--norm-epsilon 1e-6", "--position-embedding-type rope", "--rotary-base 10000",
                  "--rotary-scaling-factor 40", "--mscale 1.0", "--mscale-all-dim 1.0",
                  "--multi-latent-attention", "--q-lora-rank 32", "--kv-lora-rank 16", "--qk-head-dim 16",
-                 "--qk-pos-emb-head-dim 8", "--v-head-dim 16", "--num-experts 8", "--moe-router-topk 2",
+                 "--qk-pos-emb-head-dim 8", "--v-head-dim 16", "--num-experts 16", "--moe-router-topk 4",
                  "--moe-ffn-hidden-size 32", "--moe-shared-expert-intermediate-size 32",
                  '--moe-layer-freq "[0]*1+[1]*2"', "--moe-router-score-function sigmoid",
                  "--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor 2.5",
@@ -241,7 +241,11 @@ def build(family: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0) 
         for n, b in model.named_buffers():
             if "correction_bias" in n:
                 b.add_(torch.rand_like(b) * 0.1)
-    model.to(getattr(torch, dtype)).save_pretrained(hf)
+    model.to(getattr(torch, dtype))
+    for n, b in model.named_buffers():  # published checkpoints keep the router's expert bias in fp32
+        if "correction_bias" in n:
+            b.data = b.data.float()
+    model.save_pretrained(hf)
     files = sorted(hf.glob("*.safetensors"))
     sd: dict = {}
     for f in files:

@@ -158,6 +158,9 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
         if "rotary_scaling_factor" in flags:
             kw["rope_type"] = "yarn"
             kw["rotary_scaling_factor"] = _float(flags, "rotary_scaling_factor")
+        else:  # MLATransformerConfig defaults to YaRN x40; a spec without a factor means plain rope
+            kw["rope_type"] = "rope"
+            kw["rotary_scaling_factor"] = 1.0
         for key in ("mscale", "mscale_all_dim"):
             if key in flags:
                 kw[key] = _float(flags, key)
