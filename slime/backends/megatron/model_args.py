@@ -139,6 +139,10 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
                           ("moe_aux_loss_coeff", _float), ("moe_router_bias_update_rate", _float)):
             if key in flags:
                 kw[key] = conv(flags, key)
+        # Routing in fp32 (the HF models route in fp32) and no auxiliary balancing loss in RL unless
+        # the spec asks: both change which experts a token meets.
+        kw["moe_router_dtype"] = "fp32"
+        kw["moe_router_load_balancing_type"] = "none"
         for key in ("moe_router_score_function", "moe_router_load_balancing_type",
                     "moe_router_dtype"):
             if key in flags:
