@@ -46,7 +46,7 @@ def flags_for(shape: str) -> dict:
 # MoE shapes: a model spec with its depth reduced to fit one GPU (first layer dense, the rest MoE).
 MOE_SHAPES = {
     # GLM-4.7-Flash-like: MLA, 64 experts top-4 + 1 shared expert, sigmoid router with expert bias
-    "glm4.7-flash-8l": ("scripts/models/glm4.7-30B-A3B.sh", 8),
+    "glm4.7-flash-6l": ("scripts/models/glm4.7-30B-A3B.sh", 6),
 }
 
 
