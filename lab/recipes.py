@@ -6,7 +6,7 @@ and `lab/model_spec.py` reads them from there.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -122,7 +122,7 @@ class Recipe(_Strict):
     def path(self) -> Path:
         return RECIPES_DIR / f"{self.name}.yaml"
 
-    @property
+    @cached_property
     def kind(self) -> Literal["dense", "moe", "hybrid"]:
         """Dense, mixture-of-experts or hybrid linear/full attention: what the model spec says."""
         from slime.model_spec import load_model_spec
