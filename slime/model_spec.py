@@ -1,7 +1,7 @@
 """The one home of model facts: a ``scripts/models/*.sh`` spec read into a typed :class:`ModelSpec`,
 and its field-by-field comparison with a checkpoint's ``config.json``.
 
-Torch-free and bash-free (pydantic only), so the lab, the converters, ``experiment.sh check`` and
+Torch-free, bash-free and dependency-free (the GPU image has neither pydantic nor the lab), so the lab, the converters, ``experiment.sh check`` and
 both trainers read a spec the same way and refuse the same mismatches before any weight is read:
 
 - the text between ``MODEL_ARGS=(`` and its ``)`` is tokenized with shlex (comments and quotes as
@@ -25,12 +25,10 @@ import os
 import re
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
-
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = REPO_ROOT / "scripts" / "models"
@@ -170,27 +168,26 @@ def expand_layer_pattern(value: Any, num_layers: int, flag: str) -> tuple[int, .
 # --- the typed spec -----------------------------------------------------------------------------
 
 
-class ModelSpec(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
     """Everything structural a spec file says, typed (derived numbers are cached properties)."""
 
-    model_config = ConfigDict(frozen=True)
-
-    name: str = Field(description="Spec file name without .sh, e.g. glm4-9B.")
+    name: str  # spec file name without .sh, e.g. glm4-9B
     layers: int
     hidden: int
     heads: int
-    kv_groups: int = Field(description="Query groups (GQA); equals heads without GQA.")
-    kv_channels: int = Field(description="Head dimension of (non-MLA) attention.")
-    ffn: int = Field(description="FFN hidden size of dense layers.")
+    kv_groups: int  # query groups (GQA); equals heads without GQA
+    kv_channels: int  # head dim of (non-MLA) attention
+    ffn: int
     vocab: int
     tied_embeddings: bool
     norm_eps: float
-    norm_1p: bool = Field(False, description="RMSNorm with (1 + w) weights (--apply-layernorm-1p).")
-    post_norms: bool = Field(False, description="GLM-4 sandwich norms after attention and after the MLP.")
+    norm_1p: bool = False
+    post_norms: bool = False
     rope_base: float
     rotary_percent: float = 1.0
     rotary_interleaved: bool = False
-    rope_scaling_factor: float = Field(0.0, description="YaRN factor (0: no scaling).")
+    rope_scaling_factor: float = 0.0
     mscale: float = 1.0
     mscale_all_dim: float = 0.0
     qkv_bias: bool = False
@@ -201,7 +198,7 @@ class ModelSpec(BaseModel):
     topk: int = 0
     moe_ffn: int = 0
     shared_ffn: int = 0
-    moe_layer_pattern: tuple[int, ...] = Field((), description="1 = MoE layer, 0 = dense, per layer; empty for dense models.")
+    moe_layer_pattern: tuple[int, ...] = ()  # 1 = MoE layer, 0 = dense; empty for dense models
     router_groups: int = 0
     router_group_topk: int = 0
     topk_scaling: float = 1.0
@@ -223,16 +220,16 @@ class ModelSpec(BaseModel):
     index_skip_topk_offset: int = 1
     allgather_cp: bool = False
     # hybrid linear attention (Gated DeltaNet)
-    hybrid: bool = Field(False, description="Hybrid linear (Gated DeltaNet) + full attention.")
-    linear_layer_pattern: tuple[int, ...] = Field((), description="1 = linear-attention layer, 0 = full attention.")
+    hybrid: bool = False
+    linear_layer_pattern: tuple[int, ...] = ()  # 1 = linear-attention layer, 0 = full attention
     linear_conv_kernel_dim: int = 0
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_num_key_heads: int = 0
     linear_num_value_heads: int = 0
-    mtp_layers: int = Field(0, description="MTP layers in the checkpoint (an EAGLE draft head).")
-    args: dict[str, Any] = Field(default_factory=dict, description="Every flag of MODEL_ARGS, dashed names (True for switches).")
-    _memo: dict[str, Any] = PrivateAttr(default_factory=dict)
+    mtp_layers: int = 0
+    args: dict[str, Any] = field(default_factory=dict, compare=False)  # every flag, dashed names
+    _memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def _cached(self, key: str, fn: Any) -> Any:
         if key not in self._memo:
