@@ -117,7 +117,7 @@ def main(argv=None) -> int:
                               attention=a.attention)
     build_s = time.time() - t_build
     rng = random.Random(0)
-    vocab = flags["vocab_size"]
+    vocab = int(flags["vocab_size"])
     prompt = a.seq_len // 4
 
     def records():
