@@ -70,14 +70,6 @@ class Dims:
         return bool(self.experts) and bool(self.moe_pattern[i])
 
 
-# What this backend does not build yet, by spec flag.
-NOT_MAPPED = {
-    "enable_dsa_indexer": "the DSA indexer (--enable-dsa-indexer, GLM-5)",
-    "hybrid_linear_attention": "Gated DeltaNet layers (--hybrid-linear-attention, Qwen3.5)",
-    "attention_output_gate": "the attention output gate (--attention-output-gate, Qwen3.5)",
-}
-
-
 def dims_from_flags(flags: Mapping) -> Dims:
     s = spec_from_flags(flags)
     return Dims(num_layers=s.layers, hidden=s.hidden, heads=s.heads, groups=s.kv_groups, head_dim=s.kv_channels,
@@ -89,13 +81,13 @@ def dims_from_flags(flags: Mapping) -> Dims:
 
 
 def require_mapped(flags: Mapping) -> None:
-    """Refuse, by name, a spec with a part this backend's mapping does not cover."""
-    from slime.model_spec import _bool
+    """Refuse, by name, a spec with a part this backend does not build (model_args.UNSUPPORTED)."""
+    from slime.backends.megatron.model_args import unsupported_flags
 
-    missing = [why for key, why in NOT_MAPPED.items() if _bool(flags, key)]
+    missing = unsupported_flags(flags)
     if missing:
-        raise ModelArgsError("HF <-> Megatron weight mapping covers GLM-4 dense, GLM-4.x MoE (GQA and MLA) and "
-                             "DeepSeek-V3; not yet mapped: " + ", ".join(missing))
+        raise ModelArgsError("HF <-> Megatron covers GLM-4 dense, GLM-4.x MoE (GQA and MLA) and DeepSeek-V3; "
+                             "not built yet: " + "; ".join(missing))
 
 
 require_dense = require_mapped  # the name earlier callers use

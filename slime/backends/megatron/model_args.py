@@ -41,8 +41,9 @@ def _require(flags: Mapping[str, Any], *keys: str) -> None:
 # GLM-5's DSA indexer). Refused with the reason rather
 # than silently building a different network.
 UNSUPPORTED = {
-    "hybrid_linear_attention": "Gated DeltaNet layers need flash-linear-attention and a hybrid spec",
-    "enable_dsa_indexer": "DeepSeek sparse attention (the DSA indexer) needs its own attention spec",
+    "hybrid_linear_attention": "Gated DeltaNet layers (Qwen3.5) need flash-linear-attention and a hybrid spec",
+    "enable_dsa_indexer": "the DSA indexer (GLM-5) needs megatron-core's dsa attention variant, not built here yet",
+    "attention_output_gate": "the attention output gate (Qwen3.5) is not mapped from the checkpoint's q_proj yet",
 }
 
 
