@@ -43,6 +43,38 @@ def flags_for(shape: str) -> dict:
             "vocab_size": v, "seq_length": 32768, "max_position_embeddings": 32768}
 
 
+# MoE shapes: a model spec with its depth reduced to fit one GPU (first layer dense, the rest MoE).
+MOE_SHAPES = {
+    # GLM-4.7-Flash-like: MLA, 64 experts top-4 + 1 shared expert, sigmoid router with expert bias
+    "glm4.7-flash-6l": ("scripts/models/glm4.7-30B-A3B.sh", 6),
+}
+
+
+def moe_flags_for(shape: str) -> dict:
+    from slime.model_spec import load_flags
+
+    spec, layers = MOE_SHAPES[shape]
+    flags = load_flags(Path(__file__).resolve().parent.parent / spec)
+    first_dense = str(flags["moe_layer_freq"]).count("[0]") and int(str(flags["moe_layer_freq"]).split("[0]*")[1].split("+")[0])
+    flags.update(num_layers=layers, moe_layer_freq=f"[0]*{first_dense}+[1]*{layers - first_dense}",
+                 seq_length=32768, max_position_embeddings=32768)
+    flags.pop("mtp_num_layers", None)
+    return flags
+
+
+def moe_flops(shape: str, flags: dict, n_records: int, seq_len: int) -> tuple[float, int, int]:
+    """(FLOPs per step counting ACTIVE parameters, active matmul params incl. output layer, total params)."""
+    from slime.model_spec import spec_from_flags
+
+    s = spec_from_flags(flags)
+    active = s.active_params + s.vocab * s.hidden  # + the output layer
+    tokens = n_records * seq_len
+    qk = (s.qk_head_dim + s.qk_pos_emb_head_dim) if s.mla else s.kv_channels
+    v = s.v_head_dim if s.mla else s.kv_channels
+    attn = 6 * s.layers * s.heads * (qk + v) / 2 * n_records * seq_len ** 2
+    return 6 * active * tokens + attn, active, s.total_params
+
+
 def param_counts(shape: str) -> tuple[int, int]:
     """(matmul params incl. output layer, all params)."""
     L, h, f, nh, ng, d, v = SHAPES[shape]
@@ -54,7 +86,7 @@ def param_counts(shape: str) -> tuple[int, int]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", default="llama3.2-3b", choices=sorted(SHAPES))
+    ap.add_argument("--shape", default="llama3.2-3b", choices=sorted(SHAPES) + sorted(MOE_SHAPES))
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--pack-tokens", type=int, default=8192, help="--max-tokens-per-gpu (one micro-batch)")
     ap.add_argument("--micro-batches", type=int, default=4, help="micro-batches per optimizer step")
@@ -72,7 +104,8 @@ def main(argv=None) -> int:
     from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
     from slime.data.train_data import TrainRecord
 
-    flags = flags_for(a.shape)
+    moe = a.shape in MOE_SHAPES
+    flags = moe_flags_for(a.shape) if moe else flags_for(a.shape)
     if a.recompute:
         flags.update(recompute_granularity=a.recompute, recompute_num_layers=1)
     seqs_per_pack = max(1, a.pack_tokens // a.seq_len)
@@ -84,7 +117,7 @@ def main(argv=None) -> int:
                               attention=a.attention)
     build_s = time.time() - t_build
     rng = random.Random(0)
-    vocab = flags["vocab_size"]
+    vocab = int(flags["vocab_size"])
     prompt = a.seq_len // 4
 
     def records():
@@ -109,11 +142,15 @@ def main(argv=None) -> int:
         times.append(time.time() - t0)
     step = sorted(times)[len(times) // 2]
     tokens = n_records * a.seq_len
-    L, h, f, nh, ng, d, v = SHAPES[a.shape]
-    matmul, total = param_counts(a.shape)
-    flops = 6 * matmul * tokens + 6 * L * nh * d * n_records * a.seq_len ** 2
+    if moe:
+        flops, matmul, total = moe_flops(a.shape, flags, n_records, a.seq_len)
+    else:
+        L, h, f, nh, ng, d, v = SHAPES[a.shape]
+        matmul, total = param_counts(a.shape)
+        flops = 6 * matmul * tokens + 6 * L * nh * d * n_records * a.seq_len ** 2
     tflops = flops / step / 1e12
-    res = {"shape": a.shape, "params_total": total, "params_matmul": matmul, "seq_len": a.seq_len,
+    res = {"shape": a.shape, "params_total": total, ("params_active_matmul" if moe else "params_matmul"): matmul,
+           "seq_len": a.seq_len,
            "pack_tokens": a.pack_tokens, "micro_batches": a.micro_batches, "tokens_per_step": tokens,
            "attention": a.attention, "recompute": a.recompute, "step_s_median": round(step, 4),
            "step_s_all": [round(t, 4) for t in times], "tokens_per_s": round(tokens / step),

@@ -6,7 +6,7 @@ and `lab/model_spec.py` reads them from there.
 """
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -97,7 +97,6 @@ class Recipe(_Strict):
     display_name: str = Field(description="The model's name as users know it.")
     hf_repo: str | None = Field(description="Hugging Face repository id; none for the tiny local recipe.")
     family: str = Field(description="Architecture family (glm4, glm4_moe, glm5_dsa, qwen3_5, deepseek_v3, qwen2).")
-    kind: Literal["dense", "moe", "hybrid"] = Field(description="Dense, mixture-of-experts or hybrid linear/full attention.")
     model_spec: str = Field(description="The scripts/models/*.sh spec the recipe sources (MODEL_ARGS).")
     summary: str = Field("", description="One line a user reads in the model picker.")
     training: TrainingShape
@@ -138,6 +137,13 @@ class Recipe(_Strict):
     @property
     def path(self) -> Path:
         return RECIPES_DIR / f"{self.name}.yaml"
+
+    @cached_property
+    def kind(self) -> Literal["dense", "moe", "hybrid"]:
+        """Dense, mixture-of-experts or hybrid linear/full attention: what the model spec says."""
+        from slime.model_spec import load_model_spec
+
+        return load_model_spec(self.model_spec).kind
 
 
 class RecipeError(ValueError):

@@ -44,7 +44,7 @@ MEGATRON_FLAGS = {
     "--apply-layernorm-1p", "--attention-output-gate", "--post-self-attn-layernorm", "--post-mlp-layernorm",
     "--hybrid-linear-attention", "--enable-dsa-indexer", "--optimizer-offload-fraction",
 }
-MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-")
+MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
 
 
 class UsageError(ValueError):

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2034  # MODEL_ARGS is read by the script that sources this file.
 # GLM-4.7-Flash (zai-org/GLM-4.7-Flash): 30B-A3B MoE with MLA; 47 layers = 1 dense + 46 MoE.
-# The checkpoint carries one MTP layer (usable as the EAGLE draft).
+# The checkpoint carries one MTP layer (usable as the EAGLE draft). Its attention has no QKV bias
+# (config.json: attention_bias false); --qk-layernorm is MLA's latent q/kv norms.
 MODEL_ARGS=(
    --num-layers 47
    --hidden-size 2048
@@ -9,7 +10,6 @@ MODEL_ARGS=(
    --num-attention-heads 20
    --swiglu
    --disable-bias-linear
-   --add-qkv-bias
    --qk-layernorm
    --normalization RMSNorm
    --norm-epsilon 1e-5

@@ -12,9 +12,9 @@ from lab.model_spec import (
     ModelSpecError,
     compare_with_hf_config,
     load_model_spec,
-    parse_moe_layer_freq,
     spec_from_text,
 )
+from slime.model_spec import expand_layer_pattern
 from lab.recipes import all_recipes
 
 # (file, layers, hidden, heads, kv groups, ffn, experts, topk, moe ffn, dense layers, vocab) from models.md
@@ -120,8 +120,8 @@ def test_parser_rejects_a_file_without_model_args():
 
 def test_moe_layer_freq_must_cover_every_layer():
     with pytest.raises(ModelSpecError, match="describes 3 layers"):
-        parse_moe_layer_freq("[0]*1+[1]*2", 4)
-    assert parse_moe_layer_freq(2, 4) == (1, 0, 1, 0)
+        expand_layer_pattern("[0]*1+[1]*2", 4, "--moe-layer-freq")
+    assert expand_layer_pattern(2, 4, "--moe-layer-freq") == (1, 0, 1, 0)
 
 
 def test_spec_parsing_is_cached():
@@ -130,7 +130,8 @@ def test_spec_parsing_is_cached():
 
 
 def _hf_config_glm4_9b():
-    return {"hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 40, "intermediate_size": 13696,
+    return {"model_type": "glm4", "attention_bias": True, "partial_rotary_factor": 0.5, "head_dim": 128,
+            "hidden_size": 4096, "num_attention_heads": 32, "num_hidden_layers": 40, "intermediate_size": 13696,
             "num_key_value_heads": 2, "tie_word_embeddings": False, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
             "vocab_size": 151552}
 
@@ -190,3 +191,81 @@ def test_tiny_spec_vocab_matches_the_tiny_tokenizer_when_present():
     for field, value in (("hidden_size", spec.hidden), ("intermediate_size", spec.ffn), ("num_hidden_layers", spec.layers),
                          ("num_attention_heads", spec.heads), ("num_key_value_heads", spec.kv_groups)):
         assert f"{field}={value}" in prepare.read_text()
+
+
+def test_glm5_counts_an_indexer_only_on_layers_that_compute_the_index():
+    s = load_model_spec(MODELS_DIR / "glm5.2-744B-A40B.sh")
+    assert s.dsa_indexer_layers == 21  # layers 0, 1, 2, then every 4th from 6
+    from slime.model_spec import load_flags, spec_from_flags
+
+    every_layer = spec_from_flags({**load_flags(MODELS_DIR / "glm5.2-744B-A40B.sh"), "index_topk_freq": "1"})
+    saved = every_layer.total_params - s.total_params
+    assert saved == (s.layers - 21) * s._indexer_params() and 0.4e9 < saved < 0.6e9
+
+
+def test_recipe_kind_is_what_its_spec_says():
+    for r in all_recipes().values():
+        assert r.kind == load_model_spec(r.model_spec).kind
+    assert {r.name: r.kind for r in all_recipes().values()}["qwen3.8-27b"] == "hybrid"
+
+
+# Structural keys of the published config.json files, as public model cards and inference engines'
+# configs quote them (docs/en/megatron.md names the sources); only the keys those quotes carry.
+PUBLISHED_CONFIGS = {
+    "glm4-9B": {"model_type": "glm4", "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,
+                "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "attention_bias": True,
+                "partial_rotary_factor": 0.5, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                "tie_word_embeddings": False, "vocab_size": 151552},
+    "glm4.7-30B-A3B": {"model_type": "glm4_moe_lite", "vocab_size": 154880, "hidden_size": 2048,
+                       "intermediate_size": 10240, "moe_intermediate_size": 1536, "num_hidden_layers": 47,
+                       "num_attention_heads": 20, "num_key_value_heads": 20, "rms_norm_eps": 1e-5,
+                       "attention_bias": False, "rope_theta": 1_000_000.0, "partial_rotary_factor": 1.0,
+                       "q_lora_rank": 768, "kv_lora_rank": 512, "qk_nope_head_dim": 192, "qk_rope_head_dim": 64,
+                       "v_head_dim": 256, "n_routed_experts": 64, "n_shared_experts": 1, "num_experts_per_tok": 4,
+                       "norm_topk_prob": True, "routed_scaling_factor": 1.8, "n_group": 1, "topk_group": 1,
+                       "topk_method": "noaux_tc", "first_k_dense_replace": 1, "num_nextn_predict_layers": 1,
+                       "tie_word_embeddings": False},
+    "glm4.5-355B-A32B": {"model_type": "glm4_moe", "attention_bias": True, "head_dim": 128, "hidden_size": 5120,
+                         "partial_rotary_factor": 0.5, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+                         "norm_topk_prob": True, "num_attention_heads": 96, "n_group": 1, "topk_group": 1,
+                         "n_routed_experts": 160, "n_shared_experts": 1, "routed_scaling_factor": 2.5,
+                         "num_experts_per_tok": 8, "first_k_dense_replace": 3, "num_hidden_layers": 92,
+                         "num_key_value_heads": 8, "rms_norm_eps": 1e-5, "rope_theta": 1000000,
+                         "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "use_qk_norm": True,
+                         "vocab_size": 151552},
+    "glm5.2-744B-A40B": {"model_type": "glm_moe_dsa", "index_topk": 2048, "kv_lora_rank": 512, "n_routed_experts": 256,
+                         "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 64,
+                         "num_experts_per_tok": 8, "num_nextn_predict_layers": 1, "q_lora_rank": 2048,
+                         "rms_norm_eps": 1e-5, "rope_parameters": {"rope_theta": 8000000, "rope_type": "default"},
+                         "scoring_func": "sigmoid", "tie_word_embeddings": False, "topk_method": "noaux_tc",
+                         "hidden_size": 6144, "num_hidden_layers": 78, "first_k_dense_replace": 3},
+    "qwen3.5-27B": {"model_type": "qwen3_5", "tie_word_embeddings": False, "text_config": {
+        "model_type": "qwen3_5_text", "attn_output_gate": True, "full_attention_interval": 4, "head_dim": 256,
+        "hidden_size": 5120, "intermediate_size": 17408, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 48, "linear_value_head_dim": 128,
+        "mtp_num_hidden_layers": 1, "num_attention_heads": 24, "num_hidden_layers": 64, "num_key_value_heads": 4,
+        "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-6, "vocab_size": 248320, "attention_bias": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25}}},
+    "deepseek-v3": {"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+                    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+                    "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+                    "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4,
+                    "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": True,
+                    "scoring_func": "sigmoid", "topk_method": "noaux_tc", "rms_norm_eps": 1e-6,
+                    "rope_theta": 10000, "rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0,
+                                                          "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1,
+                                                          "original_max_position_embeddings": 4096},
+                    "num_nextn_predict_layers": 1, "tie_word_embeddings": False, "vocab_size": 129280},
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_CONFIGS))
+def test_real_spec_agrees_with_the_published_config(name):
+    assert compare_with_hf_config(load_model_spec(MODELS_DIR / f"{name}.sh"), PUBLISHED_CONFIGS[name]) == []
+
+
+def test_the_old_glm47_flash_qkv_bias_would_be_refused():
+    spec = spec_from_text((MODELS_DIR / "glm4.7-30B-A3B.sh").read_text().replace("--qk-layernorm", "--qk-layernorm --add-qkv-bias"))
+    diffs = compare_with_hf_config(spec, PUBLISHED_CONFIGS["glm4.7-30B-A3B"])
+    assert len(diffs) == 1 and "QKV bias" in diffs[0] and "attention_bias" in diffs[0]

@@ -109,14 +109,14 @@ def test_moe_and_mla_specs_map_to_config_fields():
     assert gpt_model_kwargs(flags)["position_embedding_type"] == "none"  # MLA ropes inside attention
     spec = layer_spec_kwargs(flags)
     assert spec["multi_latent_attention"] is True and spec["num_experts"] == 256
-    # the dense-only weight mapping says what it lacks
-    with pytest.raises(ModelArgsError, match="MoE.*multi-latent"):
-        hm.require_dense(flags)
+    hm.require_mapped(flags)  # MoE + MLA + MTP (carried) are mapped
+    with pytest.raises(ModelArgsError, match="DSA indexer"):
+        hm.require_mapped(load_flags(ROOT / "scripts" / "models" / "glm5.2-744B-A40B.sh"))
 
 
-def test_specs_needing_custom_layers_are_refused_by_name():
-    for name, flag in (("glm4-9B.sh", "--post-self-attn-layernorm"), ("qwen3.5-27B.sh", "--hybrid-linear-attention"),
-                       ("glm5.2-744B-A40B.sh", "--enable-dsa-indexer")):
+def test_specs_with_layers_not_built_yet_are_refused_by_name():
+    transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / "glm4-9B.sh"))  # sandwich norms: built
+    for name, flag in (("qwen3.5-27B.sh", "--hybrid-linear-attention"), ("glm5.2-744B-A40B.sh", "--enable-dsa-indexer")):
         with pytest.raises(ModelArgsError, match=flag):
             transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / name))
 

@@ -21,14 +21,6 @@ _SGLANG_PARALLEL = ("tp_size", "tensor_parallel_size", "pp_size", "dp_size", "da
 _SGLANG_SEMANTIC = ("speculative_algorithm", "kv_cache_dtype", "quantization", "enable_dp_attention",
                     "disaggregation_mode", "enable_return_routed_experts")
 
-# Megatron model flags -> HF config.json keys (PAR-7: a model spec that disagrees with the
-# checkpoint converts or loads silently wrong).
-_MODEL_KEYS = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size",
-               "ffn_hidden_size": "intermediate_size", "num_attention_heads": "num_attention_heads",
-               "num_query_groups": "num_key_value_heads", "rotary_base": "rope_theta",
-               "norm_epsilon": "rms_norm_eps"}
-
-
 def _int(v: Any) -> int | None:
     try:
         return int(v)
@@ -93,21 +85,14 @@ def ignored_sglang_flags(cfg) -> list[str]:
 
 
 def model_flag_errors(cfg) -> list[str]:
-    """Model architecture flags (from scripts/models/*.sh) must match --hf-checkpoint/config.json."""
+    """Model architecture flags (from scripts/models/*.sh) must match --hf-checkpoint/config.json;
+    slime.model_spec compares them (the same comparison the converters and ``check`` run)."""
     if not cfg.model.hf_checkpoint:
         return []
     path = Path(cfg.model.hf_checkpoint) / "config.json"
     if not path.exists():
         return []
-    hf = json.loads(path.read_text())
-    e = []
-    for flag, key in _MODEL_KEYS.items():
-        if flag in cfg.megatron and key in hf:
-            try:
-                same = float(cfg.megatron[flag]) == float(hf[key])
-            except (TypeError, ValueError):
-                continue
-            if not same:
-                e.append(f"--{flag.replace('_', '-')} {cfg.megatron[flag]} disagrees with {path}: "
-                         f"{key} = {hf[key]}")
-    return e
+    from slime.model_spec import flag_mismatches
+
+    return [f"{m.flag} {m.spec} disagrees with {path}: {m.key} = {m.config} ({m.field})"
+            for m in flag_mismatches(cfg.megatron, json.loads(path.read_text()))]

@@ -40,7 +40,8 @@ def varlen_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
                             max_seqlen: int, scale: float) -> torch.Tensor:
     """Causal attention over packed sequences: q ``[t, nq, d]``, k/v ``[t, nkv, d]`` -> ``[t, nq, d]``."""
     nq, nkv = q.shape[1], k.shape[1]
-    if _varlen_attn is not None and not FORCE_LOOP and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
+    same_dims = q.shape[-1] == k.shape[-1] == v.shape[-1]  # MLA's v head differs from its qk head
+    if _varlen_attn is not None and not FORCE_LOOP and same_dims and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
         kw = {"scale": scale}
         if nq != nkv:
             if "enable_gqa" in _VARLEN_PARAMS:

@@ -99,7 +99,7 @@ def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp:
     flags = load_flags(spec)
     t0 = time.time()
     check_hf_config(flags, hf_dir)  # 1. refuse before anything moves
-    hm.require_dense(flags)
+    hm.require_mapped(flags)
     bad = unsupported_flags(flags)
     if bad:
         raise SystemExit("; ".join(bad))
@@ -120,6 +120,12 @@ def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp:
     init_parallel(par, backend=None if use_gpu else "gloo")
     model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
     reader = HFReader(hf_dir)
+    d = hm.dims_from_flags(flags)
+    unknown = hm.unmapped_hf_names(list(reader.weight_map), d)
+    if unknown:
+        raise KeyError(f"{hf_dir} holds tensors the spec's architecture does not have: {unknown[:8]}"
+                       f"{' ...' if len(unknown) > 8 else ''}")
+    carried = hm.carried_hf_names(list(reader.weight_map), d)
     progress(f"spec agrees with {hf_dir}/config.json; reading weights (tp={tp}, pp={pp}, world={world})")
     moved = load_hf_into(model, flags, reader.get,
                          progress=lambda m: progress(f"{m} read ({time.time() - t0:.1f} s)"))
@@ -138,8 +144,48 @@ def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp:
         for name in ("config.json", "generation_config.json"):
             if (Path(hf_dir) / name).exists():
                 shutil.copy(Path(hf_dir) / name, save_dir / f"hf_{name}")
+        if carried:
+            write_carried(save_dir, {n: reader.get(n) for n in carried})
+            progress(f"carried unchanged (not part of the Megatron model): {summarize_names(carried)}")
     progress(f"done in {time.time() - t0:.1f} s")
     return save_dir
+
+
+# --- tensors carried next to the checkpoint -----------------------------------------------------
+
+CARRIED = "hf_carried.safetensors"
+
+
+def summarize_names(names: list[str]) -> str:
+    """``model.layers.3.*`` (12 tensors), ``model.visual.*`` (21 tensors): what a user reads."""
+    groups: dict[str, int] = {}
+    for n in names:
+        parts = n.split(".")
+        key = ".".join(parts[:3]) if parts[0] == "model" and parts[1] == "layers" else ".".join(parts[:2])
+        groups[key] = groups.get(key, 0) + 1
+    return ", ".join(f"{k}.* ({v} tensors)" for k, v in sorted(groups.items()))
+
+
+def write_carried(save_dir: Path, tensors: dict) -> None:
+    """The HF tensors the Megatron model does not hold (MTP layer, vision tower), byte for byte."""
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(Path(save_dir) / CARRIED), metadata={"format": "pt"})
+
+
+def read_carried(load_dir: Path, hf_template: Path | None, names_needed: list[str] | None = None) -> dict:
+    """Carried tensors of a converted checkpoint (next to it), else from the HF template."""
+    from safetensors.torch import load_file
+
+    for p in (Path(load_dir) / CARRIED, Path(load_dir).parent / CARRIED):
+        if p.exists():
+            return load_file(str(p))
+    if hf_template is not None and names_needed:
+        from slime.backends.megatron.model import HFReader
+
+        r = HFReader(hf_template)
+        return {n: r.get(n) for n in names_needed if n in r}
+    return {}
 
 
 # --- torch_dist -> HF -------------------------------------------------------------------------
@@ -175,7 +221,7 @@ def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf
     from slime.backends.megatron.model_args import check_hf_config, load_flags
 
     flags = load_flags(spec)
-    hm.require_dense(flags)
+    hm.require_mapped(flags)
     if hf_template is not None:
         check_hf_config(flags, hf_template)
     t0 = time.time()
@@ -199,13 +245,26 @@ def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf
             save_file({n: t.contiguous() for n, t in bucket}, str(out_dir / fname), metadata={"format": "pt"})
             weight_map.update({n: fname for n, _ in bucket})
             progress(f"wrote {fname} ({len(bucket)} tensors)")
+    d = hm.dims_from_flags(flags)
+    if dist.get_rank() == 0:
+        template_names: list[str] = []
+        if hf_template is not None:
+            from slime.backends.megatron.model import HFReader
+
+            template_names = hm.carried_hf_names(list(HFReader(hf_template).weight_map), d)
+        carried = read_carried(Path(load_dir), Path(hf_template) if hf_template else None, template_names)
+        if carried:
+            fname = "model-carried.safetensors"
+            save_file({n: t.contiguous() for n, t in carried.items()}, str(out_dir / fname), metadata={"format": "pt"})
+            weight_map.update({n: fname for n in carried})
+            progress(f"carried unchanged: {summarize_names(sorted(carried))}")
     maps: list[dict[str, str]] = [None] * dist.get_world_size()  # type: ignore[list-item]
     dist.all_gather_object(maps, weight_map)
     if dist.get_rank() == 0:
         merged: dict[str, str] = {}
         for m in maps:
             merged.update(m)
-        expected = set(hm.iter_hf_names(hm.dims_from_flags(flags)))
+        expected = set(hm.iter_hf_names(d)) | set(carried)
         if set(merged) != expected:
             raise RuntimeError(f"export incomplete: missing {sorted(expected - set(merged))[:5]}, "
                                f"extra {sorted(set(merged) - expected)[:5]}")
@@ -247,9 +306,12 @@ def main_hf_to_torch_dist(argv: Sequence[str] | None = None, script: str | None 
     a = ap.parse_args(argv)
     from slime.backends.megatron.model_args import ConfigMismatchError, check_hf_config, load_flags
 
-    try:  # refuse a mismatch before torchrun, process groups or weights
+    from slime.backends.megatron.hf_mapping import ModelArgsError, require_mapped
+
+    try:  # refuse a mismatch, or an architecture not mapped yet, before torchrun, process groups or weights
         check_hf_config(load_flags(a.model_args), a.hf_checkpoint)
-    except ConfigMismatchError as e:
+        require_mapped(load_flags(a.model_args))
+    except (ConfigMismatchError, ModelArgsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rc = maybe_launch_torchrun(argv, a.nnodes, a.nproc_per_node, script or sys.argv[0])

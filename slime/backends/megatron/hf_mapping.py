@@ -1,18 +1,29 @@
-"""Hugging Face <-> megatron-core parameter names and layouts (dense Qwen2 / Llama families).
+"""Hugging Face <-> megatron-core parameter names and layouts, for every family this backend builds.
 
 One home for the mapping: conversion (both directions), the trainer's HF initialisation and the
-weight export that weight sync sends all go through these functions.
+weight export that weight sync sends all go through these functions. Names are global (layer and
+expert numbers of the whole model); tensors are full (tensor-parallel size 1) unless sharded with
+:func:`shard_for_tp`.
 
-Layouts (megatron-core local spec, full tensors, i.e. tensor-parallel size 1):
-- ``linear_qkv``: per query group ``g`` the rows ``[q heads of g (q_per_group * d), k_g (d),
-  v_g (d)]``, groups concatenated. Its bias follows the same order.
-- ``linear_fc1``: ``cat([gate_proj, up_proj])`` (SwiGLU: ``silu(gate) * up``).
-- ``input_layernorm`` / ``pre_mlp_layernorm`` are HF's ``input_layernorm`` /
-  ``post_attention_layernorm``.
-Tensor-parallel shards are produced and merged by :func:`shard_for_tp` / :func:`merge_tp`, which
-know that qkv is split by query groups and fc1 by its gate and up halves.
+Layouts (megatron-core local spec):
+- ``linear_qkv`` (GQA): per query group ``g`` the rows ``[q heads of g, k_g, v_g]``, groups
+  concatenated; its bias follows the same order. ``q_layernorm`` / ``k_layernorm`` are HF's
+  per-head ``q_norm`` / ``k_norm``.
+- ``linear_fc1`` (dense MLP, each expert, the shared expert): ``cat([gate_proj, up_proj])``;
+  GLM-4 dense checkpoints store that concatenation already (``mlp.gate_up_proj``).
+- MLA: ``linear_q_down_proj`` / ``q_layernorm`` / ``linear_q_up_proj`` are HF's ``q_a_proj`` /
+  ``q_a_layernorm`` / ``q_b_proj``; ``linear_kv_down_proj`` / ``kv_layernorm`` /
+  ``linear_kv_up_proj`` are ``kv_a_proj_with_mqa`` / ``kv_a_layernorm`` / ``kv_b_proj`` (same row
+  order: per head [no-rope, rope] and [k no-rope, v]).
+- MoE: ``router.weight`` / ``router.expert_bias`` are ``gate.weight`` /
+  ``gate.e_score_correction_bias``; ``experts.local_experts.{e}`` is ``experts.{e}``;
+  ``shared_experts`` keeps its name.
+- GLM-4's sandwich norms: ``self_attention.post_self_attn_layernorm`` / ``mlp.post_mlp_layernorm``.
+- Qwen3.5's composite checkpoint keeps the text model under ``model.language_model.``.
 
-MoE and MLA checkpoints are not mapped yet: :func:`require_dense` names what is missing.
+HF tensors the Megatron model does not hold (the MTP layer, a vision tower) are named by
+:func:`carried_hf_names`: conversion carries them unchanged next to the torch_dist checkpoint and
+writes them back on export, and says so.
 """
 
 from __future__ import annotations
@@ -23,8 +34,9 @@ from typing import Callable, Iterator, Mapping
 
 import torch
 
-from slime.backends.megatron.model_args import (ModelArgsError, _bool, _int, is_mla, is_moe, kv_channels,
-                                                num_query_groups)
+from slime.model_spec import ModelSpecError, spec_from_flags
+
+ModelArgsError = ModelSpecError
 
 
 @dataclass(frozen=True)
@@ -37,35 +49,48 @@ class Dims:
     vocab: int
     qkv_bias: bool
     tied: bool
+    qk_norm: bool = False
+    post_norms: bool = False
+    mla: bool = False
+    q_lora_rank: int = 0
+    experts: int = 0
+    moe_pattern: tuple[int, ...] = ()
+    shared_expert: bool = False
+    expert_bias: bool = False
+    mtp_layers: int = 0
+    hf_prefix: str = "model."
+    composite: bool = False
+    fused_gate_up: bool = False  # GLM-4 dense checkpoints store mlp.gate_up_proj (gate rows, then up)
 
     @property
     def q_per_group(self) -> int:
         return self.heads // self.groups
 
+    def is_moe_layer(self, i: int) -> bool:
+        return bool(self.experts) and bool(self.moe_pattern[i])
+
 
 def dims_from_flags(flags: Mapping) -> Dims:
-    return Dims(num_layers=_int(flags, "num_layers"), hidden=_int(flags, "hidden_size"),
-                heads=_int(flags, "num_attention_heads"), groups=num_query_groups(flags),
-                head_dim=kv_channels(flags), vocab=_int(flags, "vocab_size"),
-                qkv_bias=_bool(flags, "add_qkv_bias") or not _bool(flags, "disable_bias_linear"),
-                tied=not _bool(flags, "untie_embeddings_and_output_weights"))
+    s = spec_from_flags(flags)
+    return Dims(num_layers=s.layers, hidden=s.hidden, heads=s.heads, groups=s.kv_groups, head_dim=s.kv_channels,
+                vocab=s.vocab, qkv_bias=s.qkv_bias, tied=s.tied_embeddings, qk_norm=s.qk_layernorm,
+                post_norms=s.post_norms, mla=s.mla, q_lora_rank=s.q_lora_rank, experts=s.experts,
+                moe_pattern=s.moe_layer_pattern, shared_expert=s.shared_ffn > 0, expert_bias=s.expert_bias,
+                mtp_layers=s.mtp_layers, hf_prefix="model.language_model." if s.hybrid else "model.",
+                composite=s.hybrid, fused_gate_up=s.post_norms)
 
 
-def require_dense(flags: Mapping) -> None:
-    missing = []
-    if is_moe(flags):
-        missing.append("MoE experts/router (--num-experts)")
-    if is_mla(flags):
-        missing.append("multi-latent attention (--multi-latent-attention)")
-    if _bool(flags, "qk_layernorm"):
-        missing.append("q/k layernorm (--qk-layernorm)")
-    if _bool(flags, "attention_output_gate"):
-        missing.append("the attention output gate (--attention-output-gate)")
-    if (_int(flags, "mtp_num_layers", 0) or 0) > 0:
-        missing.append("the MTP layer (--mtp-num-layers)")
+def require_mapped(flags: Mapping) -> None:
+    """Refuse, by name, a spec with a part this backend does not build (model_args.UNSUPPORTED)."""
+    from slime.backends.megatron.model_args import unsupported_flags
+
+    missing = unsupported_flags(flags)
     if missing:
-        raise ModelArgsError("HF <-> Megatron weight mapping covers dense GQA (Qwen2/Llama) models; "
-                             "not yet mapped: " + ", ".join(missing))
+        raise ModelArgsError("HF <-> Megatron covers GLM-4 dense, GLM-4.x MoE (GQA and MLA) and DeepSeek-V3; "
+                             "not built yet: " + "; ".join(missing))
+
+
+require_dense = require_mapped  # the name earlier callers use
 
 
 # --- qkv / fc1 layouts -------------------------------------------------------------------------
@@ -93,38 +118,152 @@ def split_qkv(qkv: torch.Tensor, d: Dims, groups: int | None = None) -> tuple[to
 # --- names -------------------------------------------------------------------------------------
 
 _LAYER = re.compile(r"^(?:module\.)*decoder\.layers\.(\d+)\.(.+)$")
+_EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
+
+_ATTN_GQA = {
+    "self_attention.linear_qkv.weight": ["self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"],
+    "self_attention.linear_qkv.bias": ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"],
+    "self_attention.q_layernorm.weight": ["self_attn.q_norm.weight"],
+    "self_attention.k_layernorm.weight": ["self_attn.k_norm.weight"],
+    "self_attention.linear_proj.weight": ["self_attn.o_proj.weight"],
+}
+_ATTN_MLA = {
+    "self_attention.linear_q_proj.weight": ["self_attn.q_proj.weight"],
+    "self_attention.linear_q_down_proj.weight": ["self_attn.q_a_proj.weight"],
+    "self_attention.q_layernorm.weight": ["self_attn.q_a_layernorm.weight"],
+    "self_attention.linear_q_up_proj.weight": ["self_attn.q_b_proj.weight"],
+    "self_attention.linear_kv_down_proj.weight": ["self_attn.kv_a_proj_with_mqa.weight"],
+    "self_attention.kv_layernorm.weight": ["self_attn.kv_a_layernorm.weight"],
+    "self_attention.linear_kv_up_proj.weight": ["self_attn.kv_b_proj.weight"],
+    "self_attention.linear_proj.weight": ["self_attn.o_proj.weight"],
+}
+_COMMON = {
+    "input_layernorm.weight": ["input_layernorm.weight"],
+    "self_attention.linear_qkv.layer_norm_weight": ["input_layernorm.weight"],
+    "pre_mlp_layernorm.weight": ["post_attention_layernorm.weight"],
+    "mlp.linear_fc1.layer_norm_weight": ["post_attention_layernorm.weight"],
+    "self_attention.post_self_attn_layernorm.weight": ["post_self_attn_layernorm.weight"],
+    "mlp.post_mlp_layernorm.weight": ["post_mlp_layernorm.weight"],
+    "mlp.linear_fc1.weight": ["mlp.gate_proj.weight", "mlp.up_proj.weight"],
+    "mlp.linear_fc2.weight": ["mlp.down_proj.weight"],
+    "mlp.router.weight": ["mlp.gate.weight"],
+    "mlp.router.expert_bias": ["mlp.gate.e_score_correction_bias"],
+    "mlp.shared_experts.linear_fc1.weight": ["mlp.shared_experts.gate_proj.weight", "mlp.shared_experts.up_proj.weight"],
+    "mlp.shared_experts.linear_fc2.weight": ["mlp.shared_experts.down_proj.weight"],
+}
+
+
+def _strip(name: str) -> str:
+    while name.startswith("module."):
+        name = name[len("module."):]
+    return name
 
 
 def hf_names_for(mcore_name: str, d: Dims) -> list[str]:
-    """HF names one megatron parameter (global layer number) maps to, in fusion order."""
-    name = mcore_name
-    while name.startswith("module."):
-        name = name[len("module."):]
+    """HF names one megatron tensor (global layer and expert numbers) maps to, in fusion order."""
+    name = _strip(mcore_name)
+    pre = d.hf_prefix
+    lm_head = "lm_head.weight"
     if name == "embedding.word_embeddings.weight":
-        return ["model.embed_tokens.weight"]
+        return [pre + "embed_tokens.weight"]
     if name == "decoder.final_layernorm.weight":
-        return ["model.norm.weight"]
+        return [pre + "norm.weight"]
     if name == "output_layer.weight":
-        return ["lm_head.weight"]
+        return [lm_head]
     m = _LAYER.match(name)
     if not m:
         raise KeyError(f"no HF name for megatron parameter {mcore_name!r}")
     i, rest = int(m.group(1)), m.group(2)
-    p = f"model.layers.{i}."
-    table = {
-        "input_layernorm.weight": [p + "input_layernorm.weight"],
-        "self_attention.linear_qkv.layer_norm_weight": [p + "input_layernorm.weight"],
-        "pre_mlp_layernorm.weight": [p + "post_attention_layernorm.weight"],
-        "mlp.linear_fc1.layer_norm_weight": [p + "post_attention_layernorm.weight"],
-        "self_attention.linear_qkv.weight": [p + f"self_attn.{x}_proj.weight" for x in "qkv"],
-        "self_attention.linear_qkv.bias": [p + f"self_attn.{x}_proj.bias" for x in "qkv"],
-        "self_attention.linear_proj.weight": [p + "self_attn.o_proj.weight"],
-        "mlp.linear_fc1.weight": [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"],
-        "mlp.linear_fc2.weight": [p + "mlp.down_proj.weight"],
-    }
-    if rest not in table:
+    p = f"{pre}layers.{i}."
+    e = _EXPERT.match(rest)
+    if e:
+        x = int(e.group(1))
+        if e.group(2) == "linear_fc1":
+            return [p + f"mlp.experts.{x}.gate_proj.weight", p + f"mlp.experts.{x}.up_proj.weight"]
+        return [p + f"mlp.experts.{x}.down_proj.weight"]
+    if d.fused_gate_up and rest == "mlp.linear_fc1.weight":
+        return [p + "mlp.gate_up_proj.weight"]
+    table = _ATTN_MLA if d.mla else _ATTN_GQA
+    hf = table.get(rest) or _COMMON.get(rest)
+    if hf is None:
         raise KeyError(f"no HF name for megatron parameter {mcore_name!r}")
-    return table[rest]
+    return [p + x for x in hf]
+
+
+def iter_mcore_names(d: Dims) -> Iterator[str]:
+    """Every megatron tensor (parameters and the router's expert-bias buffer) of the model."""
+    yield "embedding.word_embeddings.weight"
+    for i in range(d.num_layers):
+        p = f"decoder.layers.{i}."
+        yield p + "input_layernorm.weight"
+        if d.mla:
+            if d.q_lora_rank:
+                yield from (p + "self_attention." + x for x in ("linear_q_down_proj.weight", "q_layernorm.weight",
+                                                                 "linear_q_up_proj.weight"))
+            else:
+                yield p + "self_attention.linear_q_proj.weight"
+            yield from (p + "self_attention." + x for x in ("linear_kv_down_proj.weight", "kv_layernorm.weight",
+                                                             "linear_kv_up_proj.weight"))
+        else:
+            yield p + "self_attention.linear_qkv.weight"
+            if d.qkv_bias:
+                yield p + "self_attention.linear_qkv.bias"
+            if d.qk_norm:
+                yield p + "self_attention.q_layernorm.weight"
+                yield p + "self_attention.k_layernorm.weight"
+        yield p + "self_attention.linear_proj.weight"
+        if d.post_norms:
+            yield p + "self_attention.post_self_attn_layernorm.weight"
+        yield p + "pre_mlp_layernorm.weight"
+        if d.is_moe_layer(i):
+            yield p + "mlp.router.weight"
+            if d.expert_bias:
+                yield p + "mlp.router.expert_bias"
+            for x in range(d.experts):
+                yield p + f"mlp.experts.local_experts.{x}.linear_fc1.weight"
+                yield p + f"mlp.experts.local_experts.{x}.linear_fc2.weight"
+            if d.shared_expert:
+                yield p + "mlp.shared_experts.linear_fc1.weight"
+                yield p + "mlp.shared_experts.linear_fc2.weight"
+        else:
+            yield p + "mlp.linear_fc1.weight"
+            yield p + "mlp.linear_fc2.weight"
+        if d.post_norms:
+            yield p + "mlp.post_mlp_layernorm.weight"
+    yield "decoder.final_layernorm.weight"
+    if not d.tied:
+        yield "output_layer.weight"
+
+
+def iter_hf_names(d: Dims) -> Iterator[str]:
+    """Every HF tensor the Megatron model holds, in file order (used to check completeness)."""
+    for n in iter_mcore_names(d):
+        yield from hf_names_for(n, d)
+
+
+_MTP_HF = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def carried_hf_names(names: list[str] | set[str], d: Dims) -> list[str]:
+    """HF tensors the Megatron model does not hold: the MTP layer(s) (``model.layers.{L..}`` past the
+    last decoder layer, or ``mtp.*``) and a composite checkpoint's vision tower (``model.visual.*``).
+    Anything else unmapped is an error (returned by :func:`unmapped_hf_names`)."""
+    out = []
+    for n in names:
+        m = _MTP_HF.match(n)
+        if (m and int(m.group(1)) >= d.num_layers and d.mtp_layers) or n.startswith("mtp.") and d.mtp_layers:
+            out.append(n)
+        elif d.composite and n.startswith(("model.visual.", "visual.")):
+            out.append(n)
+    return sorted(out)
+
+
+def unmapped_hf_names(names: list[str] | set[str], d: Dims) -> list[str]:
+    """HF tensors neither mapped nor carried (a checkpoint that is not the spec's architecture)."""
+    known = set(iter_hf_names(d)) | set(carried_hf_names(names, d))
+    if d.tied:
+        known.add("lm_head.weight")
+    return sorted(set(names) - known)
 
 
 def mcore_to_hf(mcore_name: str, tensor: torch.Tensor, d: Dims) -> list[tuple[str, torch.Tensor]]:
@@ -133,7 +272,7 @@ def mcore_to_hf(mcore_name: str, tensor: torch.Tensor, d: Dims) -> list[tuple[st
     Padded vocabulary rows (megatron pads to a multiple of 128 * tp) are dropped.
     """
     names = hf_names_for(mcore_name, d)
-    if names[0] in ("model.embed_tokens.weight", "lm_head.weight"):
+    if names[0].endswith(("embed_tokens.weight", "lm_head.weight")):
         return [(names[0], tensor[: d.vocab])]
     if len(names) == 3:
         return list(zip(names, split_qkv(tensor, d)))
@@ -146,10 +285,10 @@ def mcore_to_hf(mcore_name: str, tensor: torch.Tensor, d: Dims) -> list[tuple[st
 def hf_to_mcore(mcore_name: str, get: Callable[[str], torch.Tensor], d: Dims, padded_vocab: int | None = None) -> torch.Tensor:
     """The full megatron tensor for ``mcore_name`` built from HF tensors (``get(hf_name)``)."""
     names = hf_names_for(mcore_name, d)
-    if names[0] in ("model.embed_tokens.weight", "lm_head.weight"):
+    if names[0].endswith(("embed_tokens.weight", "lm_head.weight")):
         src = names[0]
         if src == "lm_head.weight" and d.tied:
-            src = "model.embed_tokens.weight"
+            src = d.hf_prefix + "embed_tokens.weight"
         t = get(src)
         if padded_vocab and padded_vocab > t.shape[0]:
             t = torch.cat([t, t.new_zeros(padded_vocab - t.shape[0], *t.shape[1:])])
@@ -165,7 +304,8 @@ def hf_to_mcore(mcore_name: str, get: Callable[[str], torch.Tensor], d: Dims, pa
 # --- tensor parallelism ------------------------------------------------------------------------
 
 _COLUMN = ("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight",
-           "output_layer.weight")
+           "output_layer.weight", "linear_q_proj.weight", "linear_q_down_proj.weight", "linear_q_up_proj.weight",
+           "linear_kv_down_proj.weight", "linear_kv_up_proj.weight")
 _ROW = ("linear_proj.weight", "linear_fc2.weight")
 
 
@@ -174,7 +314,7 @@ def tp_axis(mcore_name: str) -> int | None:
         return 0
     if mcore_name.endswith(_ROW):
         return 1
-    return None  # replicated (norms)
+    return None  # replicated (norms, router)
 
 
 def shard_for_tp(mcore_name: str, full: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
@@ -198,22 +338,3 @@ def merge_tp(mcore_name: str, shards: list[torch.Tensor]) -> torch.Tensor:
         halves = [torch.chunk(s, 2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves])
     return torch.cat(shards, dim=axis)
-
-
-def iter_hf_names(d: Dims) -> Iterator[str]:
-    """Every HF tensor name of the dense model, in file order (used to check completeness)."""
-    yield "model.embed_tokens.weight"
-    for i in range(d.num_layers):
-        p = f"model.layers.{i}."
-        yield p + "input_layernorm.weight"
-        for x in "qkv":
-            yield p + f"self_attn.{x}_proj.weight"
-            if d.qkv_bias:
-                yield p + f"self_attn.{x}_proj.bias"
-        yield p + "self_attn.o_proj.weight"
-        yield p + "post_attention_layernorm.weight"
-        for x in ("gate", "up", "down"):
-            yield p + f"mlp.{x}_proj.weight"
-    yield "model.norm.weight"
-    if not d.tied:
-        yield "lm_head.weight"

@@ -75,17 +75,27 @@ def make_config(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = N
     return cls(**kw)
 
 
-def layer_spec(flags: Mapping[str, Any], attention: str = "sdpa"):
-    """megatron-core's local layer spec; core attention swapped for SDPA/flash (attention.py)."""
+def layer_spec(flags: Mapping[str, Any], attention: str = "sdpa", config=None, vp_stage: int | None = None):
+    """megatron-core's local layer spec; core attention swapped for SDPA/flash (attention.py).
+
+    With ``config``: the decoder block spec of this stage (layers.py: MoE layer pattern, MLA,
+    GLM-4's sandwich norms)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    spec = get_gpt_layer_local_spec(**layer_spec_kwargs(flags))
+    if attention not in ("sdpa", "local"):
+        raise ValueError(f"attention must be 'sdpa' or 'local', got {attention!r}")
+    core = None
     if attention == "sdpa":
         from slime.backends.megatron.attention import SDPACoreAttention
 
-        spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
-    elif attention != "local":
-        raise ValueError(f"attention must be 'sdpa' or 'local', got {attention!r}")
+        core = SDPACoreAttention
+    if config is not None:
+        from slime.backends.megatron.layers import decoder_block_spec
+
+        return decoder_block_spec(flags, config, core, vp_stage)
+    spec = get_gpt_layer_local_spec(**layer_spec_kwargs(flags))
+    if core is not None:
+        spec.submodules.self_attention.submodules.core_attention = core
     return spec
 
 
@@ -101,11 +111,13 @@ def build_model(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = N
         overrides.update(use_cpu_initialization=True)
     if not init_weights:
         overrides.update(perform_initialization=False)
+    # The MTP layer is not built: its checkpoint tensors are carried unchanged (hf_mapping.carried_hf_names).
+    overrides.setdefault("mtp_num_layers", None)
     config = make_config(flags, megatron, **overrides)
     tp = ps.get_tensor_model_parallel_world_size()
     mkw = gpt_model_kwargs(flags, tp)
     model = GPTModel(
-        config, layer_spec(flags, attention),
+        config, layer_spec(flags, attention, config=config, vp_stage=vp_stage),
         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
         post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
         parallel_output=True, vp_stage=vp_stage, **mkw,
@@ -124,16 +136,30 @@ def unwrap(model):
     return model
 
 
-def global_named_parameters(model) -> Iterator[tuple[str, torch.nn.Parameter]]:
-    """``named_parameters`` with pipeline-local layer indices replaced by global ones."""
+_LOCAL_EXPERT = ".mlp.experts.local_experts."
+
+
+def global_named_parameters(model) -> Iterator[tuple[str, torch.Tensor]]:
+    """``named_parameters`` (plus the MoE router's expert-bias buffers, which the checkpoint
+    carries as ``e_score_correction_bias``) with pipeline-local layer indices and
+    expert-parallel-local expert indices replaced by global ones."""
+    from megatron.core import parallel_state as ps
+
     m = unwrap(model)
     offsets = {}
     if getattr(m, "decoder", None) is not None:
         offsets = {j: layer.layer_number - 1 for j, layer in enumerate(m.decoder.layers)}
-    for name, p in m.named_parameters():
+    ep_rank = ps.get_expert_model_parallel_rank() if ps.model_parallel_is_initialized() else 0
+    tensors = list(m.named_parameters()) + [(n, b) for n, b in m.named_buffers() if n.endswith("router.expert_bias")]
+    for name, p in tensors:
         if name.startswith("decoder.layers."):
             j, rest = name[len("decoder.layers."):].split(".", 1)
             name = f"decoder.layers.{offsets[int(j)]}.{rest}"
+        if _LOCAL_EXPERT in name and ep_rank:
+            head, tail = name.split(_LOCAL_EXPERT)
+            e, rest = tail.split(".", 1)
+            local = m.config.num_moe_experts // ps.get_expert_model_parallel_world_size()
+            name = f"{head}{_LOCAL_EXPERT}{ep_rank * local + int(e)}.{rest}"
         yield name, p
 
 
@@ -180,7 +206,7 @@ def load_hf_into(model, flags: Mapping[str, Any], get: Callable[[str], torch.Ten
     """Fill this rank's shard of ``model`` from HF tensors; returns the bytes copied."""
     from megatron.core import parallel_state as ps
 
-    hm.require_dense(flags)
+    hm.require_mapped(flags)
     d = hm.dims_from_flags(flags)
     tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
     padded = padded_vocab_size(flags, tp)
@@ -222,14 +248,14 @@ def iter_hf_tensors(model, flags: Mapping[str, Any], dtype: torch.dtype | None =
 
     ``dtype`` casts (None keeps the training dtype); ``device`` moves (None keeps them on the GPU).
     """
-    hm.require_dense(flags)
+    hm.require_mapped(flags)
     d = hm.dims_from_flags(flags)
     for name, p in global_named_parameters(model):
         if d.tied and name == "output_layer.weight":
             continue  # tied: the HF checkpoint has embed_tokens only
         full = _gather_tp(name, p.data)
         for hf_name, t in hm.mcore_to_hf(name, full, d):
-            if dtype is not None:
+            if dtype is not None and not name.endswith("router.expert_bias"):  # kept fp32, as published
                 t = t.to(dtype)
             if device is not None:
                 t = t.to(device)

@@ -8,118 +8,25 @@ Flags use the key convention of ``slime.args`` (``--num-query-groups 2`` -> ``nu
 "2"``, a switch -> ``True``), so ``cfg.megatron`` (the pass-through dict the runtime parser fills
 from ``${MODEL_ARGS[@]}``) and a spec file read here give the same dict.
 
-The spec file is read WITHOUT running bash, like the lab does: the text of ``MODEL_ARGS=( ... )``
-is tokenized with shlex. The runtime never imports the lab (architecture.md), hence this reader.
+Spec files are read by :mod:`slime.model_spec` (torch-free, bash-free), the one reader the lab,
+the converters, ``experiment.sh check`` and both trainers share.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import math
-import re
-import shlex
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
-
-class ModelArgsError(ValueError):
-    """A spec flag is malformed, or asks for something this backend cannot build."""
-
-
-class ConfigMismatchError(ValueError):
-    """The checkpoint's config.json disagrees with the model spec (message names every field)."""
-
-
-# --- reading -----------------------------------------------------------------------------------
-
-_ARRAY_RE = re.compile(r"^\s*MODEL_ARGS=\(", re.M)
-
-
-def read_model_args(path: str | Path) -> list[str]:
-    """The tokens of the ``MODEL_ARGS=( ... )`` array in a spec file (comments dropped)."""
-    return model_args_from_text(Path(path).read_text(), str(path))
-
-
-def model_args_from_text(text: str, path: str = "spec") -> list[str]:
-    """The one reader of spec files: the runtime and the lab (lab/model_spec.py) both use it."""
-    m = _ARRAY_RE.search(text)
-    if not m:
-        raise ModelArgsError(f"{path}: no MODEL_ARGS=( ... ) array")
-    lexer = shlex.shlex(text[m.end():], posix=True, punctuation_chars="()")
-    lexer.whitespace_split = True
-    lexer.commenters = "#"
-    tokens: list[str] = []
-    for tok in lexer:
-        if tok == ")":
-            return tokens
-        if "$" in tok:
-            raise ModelArgsError(f"{path}: {tok!r} uses a shell variable; spec files must be literal")
-        tokens.append(tok)
-    raise ModelArgsError(f"{path}: MODEL_ARGS=( is never closed")
-
-
-def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
-    """``['--num-layers', '2', '--swiglu', '--spec', 'mod', 'fn']`` ->
-    ``{'num_layers': '2', 'swiglu': True, 'spec': ['mod', 'fn']}``: a bare flag is True, one value a
-    string, several values (Megatron's nargs flags such as --spec) a list."""
-    flags: dict[str, Any] = {}
-    i = 0
-    while i < len(argv):
-        tok = argv[i]
-        if not tok.startswith("--"):
-            raise ModelArgsError(f"unexpected value {tok!r} (no flag takes it)")
-        name, eq, val = tok[2:].partition("=")
-        key = name.replace("-", "_")
-        i += 1
-        if eq:
-            flags[key] = val
-            continue
-        values = []
-        while i < len(argv) and not argv[i].startswith("--"):
-            values.append(argv[i])
-            i += 1
-        flags[key] = True if not values else values[0] if len(values) == 1 else values
-    return flags
-
-
-def load_flags(spec: str | Path | Sequence[str] | Mapping[str, Any]) -> dict[str, Any]:
-    """A spec file path, an argv list or an already-parsed flag dict -> flag dict."""
-    if isinstance(spec, Mapping):
-        return dict(spec)
-    if isinstance(spec, (str, Path)):
-        return flags_from_argv(read_model_args(spec))
-    return flags_from_argv(list(spec))
+# The spec reader, the typed spec and the config.json comparison live in slime.model_spec (one
+# home for model facts); the names below stay importable from here for the backend's callers.
+from slime.model_spec import ConfigMismatchError  # noqa: E402,F401
+from slime.model_spec import ModelSpecError as ModelArgsError  # noqa: E402
+from slime.model_spec import (_bool, _float, _int, expand_layer_pattern, flags_from_argv,  # noqa: E402,F401
+                              load_flags, model_args_from_text, parse_layer_pattern, read_model_args)
 
 
 # --- typed accessors ---------------------------------------------------------------------------
-
-
-def _int(flags: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
-    v = flags.get(key)
-    if v is None or v is False:
-        return default
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise ModelArgsError(f"--{key.replace('_', '-')} {v!r} is not an integer") from None
-
-
-def _float(flags: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
-    v = flags.get(key)
-    if v is None or v is False:
-        return default
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        raise ModelArgsError(f"--{key.replace('_', '-')} {v!r} is not a number") from None
-
-
-def _bool(flags: Mapping[str, Any], key: str) -> bool:
-    v = flags.get(key, False)
-    if isinstance(v, str):
-        return v.lower() not in ("0", "false", "no", "")
-    return bool(v)
 
 
 def _require(flags: Mapping[str, Any], *keys: str) -> None:
@@ -128,38 +35,15 @@ def _require(flags: Mapping[str, Any], *keys: str) -> None:
         raise ModelArgsError("the model spec lacks " + ", ".join("--" + k.replace("_", "-") for k in missing))
 
 
-def parse_layer_pattern(value: Any, num_layers: int) -> list[int] | int:
-    """``--moe-layer-freq``: an int (every k-th layer is MoE) or ``"[0]*3+[1]*58"`` / a list.
-
-    Evaluated without ``eval``: ``[a, b]*n`` terms joined by ``+``.
-    """
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if re.fullmatch(r"\d+", text):
-        return int(text)
-    out: list[int] = []
-    for term in text.split("+"):
-        m = re.fullmatch(r"\s*(\[[^\]]*\])\s*(?:\*\s*(\d+))?\s*", term)
-        if not m:
-            raise ModelArgsError(f"--moe-layer-freq {text!r}: expected terms like [0]*3+[1]*58")
-        items = ast.literal_eval(m.group(1))
-        out.extend([int(x) for x in items] * int(m.group(2) or 1))
-    if len(out) != num_layers:
-        raise ModelArgsError(f"--moe-layer-freq {text!r} describes {len(out)} layers, the spec has {num_layers}")
-    return out
-
-
 # --- what this backend builds ------------------------------------------------------------------
 
-# Flags the spec files use that megatron-core's GPTModel cannot express without a custom layer
-# spec (GLM-4's extra post-norms, Qwen3.5's Gated DeltaNet layers). Refused with the reason rather
+# Flags the spec files use that this backend does not build yet (Qwen3.5's Gated DeltaNet layers,
+# GLM-5's DSA indexer). Refused with the reason rather
 # than silently building a different network.
 UNSUPPORTED = {
-    "post_self_attn_layernorm": "GLM-4's post-attention sandwich norm needs a custom layer spec",
-    "post_mlp_layernorm": "GLM-4's post-MLP sandwich norm needs a custom layer spec",
-    "hybrid_linear_attention": "Gated DeltaNet layers need flash-linear-attention and a hybrid spec",
-    "enable_dsa_indexer": "DeepSeek sparse attention (the DSA indexer) needs its own attention spec",
+    "hybrid_linear_attention": "Gated DeltaNet layers (Qwen3.5) need flash-linear-attention and a hybrid spec",
+    "enable_dsa_indexer": "the DSA indexer (GLM-5) needs megatron-core's dsa attention variant, not built here yet",
+    "attention_output_gate": "the attention output gate (Qwen3.5) is not mapped from the checkpoint's q_proj yet",
 }
 
 
@@ -256,6 +140,10 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
                           ("moe_aux_loss_coeff", _float), ("moe_router_bias_update_rate", _float)):
             if key in flags:
                 kw[key] = conv(flags, key)
+        # Routing in fp32 (the HF models route in fp32) and no auxiliary balancing loss in RL unless
+        # the spec asks: both change which experts a token meets.
+        kw["moe_router_dtype"] = "fp32"
+        kw["moe_router_load_balancing_type"] = "none"
         for key in ("moe_router_score_function", "moe_router_load_balancing_type",
                     "moe_router_dtype"):
             if key in flags:
@@ -275,6 +163,9 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
         if "rotary_scaling_factor" in flags:
             kw["rope_type"] = "yarn"
             kw["rotary_scaling_factor"] = _float(flags, "rotary_scaling_factor")
+        else:  # MLATransformerConfig defaults to YaRN x40; a spec without a factor means plain rope
+            kw["rope_type"] = "rope"
+            kw["rotary_scaling_factor"] = 1.0
         for key in ("mscale", "mscale_all_dim"):
             if key in flags:
                 kw[key] = _float(flags, key)
@@ -386,111 +277,15 @@ def optimizer_kwargs(megatron: Mapping[str, Any], optim: Any) -> dict[str, Any]:
 # --- config.json agreement ---------------------------------------------------------------------
 
 
-def _rope_theta(hf: Mapping[str, Any]) -> float | None:
-    if "rope_theta" in hf:
-        return float(hf["rope_theta"])
-    rp = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-    if isinstance(rp, Mapping) and "rope_theta" in rp:
-        return float(rp["rope_theta"])
-    return None
-
-
-def expected_hf_fields(flags: Mapping[str, Any]) -> list[tuple[str, str, Any, Any]]:
-    """(config.json key, spec flag, expected value, comparison kind) for every checkable field."""
-    out: list[tuple[str, str, Any, Any]] = [
-        ("num_hidden_layers", "--num-layers", _int(flags, "num_layers"), "eq"),
-        ("hidden_size", "--hidden-size", _int(flags, "hidden_size"), "eq"),
-        ("num_attention_heads", "--num-attention-heads", _int(flags, "num_attention_heads"), "eq"),
-        ("vocab_size", "--vocab-size", _int(flags, "vocab_size"), "eq"),
-        ("rms_norm_eps", "--norm-epsilon", _float(flags, "norm_epsilon"), "float"),
-        ("rope_theta", "--rotary-base", _float(flags, "rotary_base", 10000.0), "float"),
-        ("tie_word_embeddings", "--untie-embeddings-and-output-weights",
-         not _bool(flags, "untie_embeddings_and_output_weights"), "bool"),
-    ]
-    if not is_mla(flags):
-        out += [("num_key_value_heads", "--num-query-groups", num_query_groups(flags), "eq"),
-                ("head_dim", "--kv-channels", kv_channels(flags), "eq")]
-    if is_moe(flags):
-        out += [("intermediate_size", "--ffn-hidden-size", _int(flags, "ffn_hidden_size"), "eq"),
-                ("n_routed_experts|num_experts", "--num-experts", _int(flags, "num_experts"), "eq"),
-                ("num_experts_per_tok", "--moe-router-topk", _int(flags, "moe_router_topk"), "eq"),
-                ("moe_intermediate_size", "--moe-ffn-hidden-size", _int(flags, "moe_ffn_hidden_size"), "eq")]
-    else:
-        out.append(("intermediate_size", "--ffn-hidden-size", _int(flags, "ffn_hidden_size"), "eq"))
-    if is_mla(flags):
-        out += [("q_lora_rank", "--q-lora-rank", _int(flags, "q_lora_rank"), "eq"),
-                ("kv_lora_rank", "--kv-lora-rank", _int(flags, "kv_lora_rank"), "eq"),
-                ("qk_nope_head_dim", "--qk-head-dim", _int(flags, "qk_head_dim"), "eq"),
-                ("qk_rope_head_dim", "--qk-pos-emb-head-dim", _int(flags, "qk_pos_emb_head_dim"), "eq"),
-                ("v_head_dim", "--v-head-dim", _int(flags, "v_head_dim"), "eq")]
-    return out
-
-
-def _hf_value(hf: Mapping[str, Any], key: str) -> tuple[bool, Any]:
-    for k in key.split("|"):
-        if k == "rope_theta":
-            v = _rope_theta(hf)
-            if v is not None:
-                return True, v
-        elif k == "head_dim":
-            if hf.get("head_dim") is not None:
-                return True, hf["head_dim"]
-            if "hidden_size" in hf and "num_attention_heads" in hf:  # HF's default head size
-                return True, int(hf["hidden_size"]) // int(hf["num_attention_heads"])
-        elif k == "tie_word_embeddings":
-            return True, bool(hf.get(k, False))  # the HF default when absent is model-specific;
-        elif k in hf and hf[k] is not None:
-            return True, hf[k]
-    return False, None
-
-
 def hf_config_mismatches(flags: Mapping[str, Any], hf_config: Mapping[str, Any]) -> list[str]:
-    """Every field where config.json and the spec disagree, as readable lines (empty: agree).
+    """Every structural field where config.json and the spec disagree, one line each (empty: agree)."""
+    from slime.model_spec import compare_lines
 
-    Fields absent from config.json are skipped (not every architecture has every key); the
-    QKV-bias switch is checked against ``attention_bias`` or, for qwen2, the family's fixed bias.
-    """
-    lines: list[str] = []
-    text = hf_config.get("text_config") if isinstance(hf_config.get("text_config"), Mapping) else None
-    hf = {**hf_config, **(text or {})}
-    for key, flag, want, kind in expected_hf_fields(flags):
-        if want is None:
-            continue
-        found, got = _hf_value(hf, key)
-        if not found:
-            continue
-        if kind == "float":
-            same = math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=0.0)
-        elif kind == "bool":
-            same = bool(got) == bool(want)
-        else:
-            same = int(got) == int(want)
-        if not same:
-            flag_txt = flag if kind != "bool" else f"{flag} ({'absent' if want else 'given'})"
-            lines.append(f"{key.split('|')[0]} = {got!r} in config.json, but the spec says {flag_txt} {want!r}")
-    model_type = str(hf.get("model_type", ""))
-    spec_bias = _bool(flags, "add_qkv_bias")
-    hf_bias = True if model_type == "qwen2" else hf.get("attention_bias")
-    if hf_bias is not None and bool(hf_bias) != spec_bias:
-        lines.append(f"QKV bias is {'on' if hf_bias else 'off'} in config.json ({model_type or 'attention_bias'}), "
-                     f"but the spec {'has' if spec_bias else 'lacks'} --add-qkv-bias")
-    return lines
+    return compare_lines(flags, hf_config)
 
 
 def check_hf_config(flags: Mapping[str, Any], hf_dir: str | Path) -> dict[str, Any]:
-    """Read ``hf_dir/config.json`` and raise :class:`ConfigMismatchError` on any disagreement.
+    """Refuse a checkpoint whose config.json disagrees with the spec (before any weight is read)."""
+    from slime.model_spec import check_config_file
 
-    Called by conversion and by the trainer BEFORE any weight is read or moved.
-    """
-    path = Path(hf_dir) / "config.json"
-    if not path.exists():
-        raise ConfigMismatchError(f"{path} not found: cannot check the checkpoint against the model spec")
-    hf = json.loads(path.read_text())
-    bad = hf_config_mismatches(flags, hf)
-    if bad:
-        raise ConfigMismatchError(
-            f"refusing {hf_dir}: its config.json disagrees with the model spec (MODEL_ARGS) in "
-            f"{len(bad)} field(s):\n  - " + "\n  - ".join(bad)
-            + "\nFix the spec file (scripts/models/*.sh) or point at the matching checkpoint; no weights were read."
-        )
-    return hf
+    return check_config_file(flags, hf_dir)

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Tiny random-initialised reference checkpoints of the six seeded architecture families.
+
+Each family is built from the configuration and model class transformers ships for it (no hub,
+no download), keeping every structural feature of the real model at toy sizes: dense and MoE
+layers both present, group-limited routing and YaRN where the real model has them, the DSA
+indexer with cross-layer index sharing, the hybrid Gated DeltaNet / full-attention layer pattern,
+the composite vision-language layout of Qwen3.5, and the MTP layer (transformers does not build
+it, so its tensors are added under the names the published checkpoints use). Next to the
+safetensors goes a matching model spec (``spec.sh``), so the fixtures check the code paths while
+the real dimensions stay in ``scripts/models/``.
+
+    python tools/reference_models.py --out /tmp/refs [--family glm4_moe ...] [--dtype bfloat16]
+
+Tests generate them at test time (tests/runtime/test_reference_families.py); nothing big is
+committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+VOCAB = 256
+COMMON = ["--swiglu", "--disable-bias-linear", "--normalization", "RMSNorm",
+          "--untie-embeddings-and-output-weights", f"--vocab-size {VOCAB}"]
+
+# family -> (transformers config class, config kwargs, the real spec file it shrinks, spec flags)
+FAMILIES: dict[str, dict[str, Any]] = {
+    "glm4": {
+        "real": "glm4-9B.sh",
+        "config": ("Glm4Config", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+                                      attention_bias=True, tie_word_embeddings=False,
+                                      rope_parameters={"rope_theta": 10000.0, "rope_type": "default",
+                                                       "partial_rotary_factor": 0.5})),
+        "spec": ["--num-layers 2", "--hidden-size 64", "--ffn-hidden-size 128", "--num-attention-heads 4",
+                 "--group-query-attention", "--num-query-groups 2", "--kv-channels 16", "--add-qkv-bias",
+                 "--norm-epsilon 1e-5", "--post-self-attn-layernorm", "--post-mlp-layernorm",
+                 "--use-rotary-position-embeddings", "--rotary-base 10000", "--rotary-percent 0.5",
+                 "--rotary-interleaved"],
+    },
+    "glm4_moe": {
+        "real": "glm4.5-355B-A32B.sh",
+        "config": ("Glm4MoeConfig", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-5,
+                                         attention_bias=True, use_qk_norm=True, tie_word_embeddings=False,
+                                         moe_intermediate_size=32, num_experts_per_tok=2, n_shared_experts=1,
+                                         n_routed_experts=8, routed_scaling_factor=2.5, n_group=1, topk_group=1,
+                                         first_k_dense_replace=1, norm_topk_prob=True, num_nextn_predict_layers=1,
+                                         rope_parameters={"rope_theta": 1000000.0, "rope_type": "default",
+                                                          "partial_rotary_factor": 0.5})),
+        "spec": ["--num-layers 3", "--hidden-size 64", "--ffn-hidden-size 128", "--num-attention-heads 4",
+                 "--group-query-attention", "--num-query-groups 2", "--kv-channels 16", "--add-qkv-bias",
+                 "--qk-layernorm", "--norm-epsilon 1e-5", "--use-rotary-position-embeddings",
+                 "--rotary-base 1000000", "--rotary-percent 0.5", "--num-experts 8", "--moe-router-topk 2",
+                 "--moe-ffn-hidden-size 32", "--moe-shared-expert-intermediate-size 32",
+                 '--moe-layer-freq "[0]*1+[1]*2"', "--moe-router-score-function sigmoid",
+                 "--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor 2.5", "--mtp-num-layers 1"],
+    },
+    "glm4_moe_lite": {
+        "real": "glm4.7-30B-A3B.sh",
+        "config": ("Glm4MoeLiteConfig", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                                             moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                             num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+                                             routed_scaling_factor=1.8, kv_lora_rank=16, q_lora_rank=32,
+                                             qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                             num_experts_per_tok=2, rms_norm_eps=1e-5, attention_bias=False,
+                                             tie_word_embeddings=False, num_nextn_predict_layers=1,
+                                             first_k_dense_replace=1,
+                                             rope_parameters={"rope_theta": 1000000.0, "rope_type": "default"})),
+        "spec": ["--num-layers 3", "--hidden-size 64", "--ffn-hidden-size 128", "--num-attention-heads 4",
+                 "--qk-layernorm", "--norm-epsilon 1e-5", "--position-embedding-type rope", "--rotary-base 1000000",
+                 "--multi-latent-attention", "--q-lora-rank 32", "--kv-lora-rank 16", "--qk-head-dim 16",
+                 "--qk-pos-emb-head-dim 8", "--v-head-dim 16", "--num-experts 8", "--moe-router-topk 2",
+                 "--moe-ffn-hidden-size 32", "--moe-shared-expert-intermediate-size 32",
+                 '--moe-layer-freq "[0]*1+[1]*2"', "--moe-router-score-function sigmoid",
+                 "--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor 1.8", "--mtp-num-layers 1"],
+    },
+    "deepseek_v3": {
+        "real": "deepseek-v3.sh",
+        "config": ("DeepseekV3Config", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                                            moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                            num_key_value_heads=4, n_shared_experts=1, n_routed_experts=16,
+                                            routed_scaling_factor=2.5, kv_lora_rank=16, q_lora_rank=32,
+                                            qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16, n_group=4,
+                                            topk_group=2, num_experts_per_tok=4, first_k_dense_replace=1,
+                                            rms_norm_eps=1e-6, tie_word_embeddings=False, num_nextn_predict_layers=1,
+                                            max_position_embeddings=4096,
+                                            rope_parameters={"rope_theta": 10000.0, "rope_type": "yarn", "factor": 40.0,
+                                                             "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32.0,
+                                                             "beta_slow": 1.0,
+                                                             "original_max_position_embeddings": 4096})),
+        "spec": ["--num-layers 3", "--hidden-size 64", "--ffn-hidden-size 128", "--num-attention-heads 4",
+                 "--qk-layernorm", "--norm-epsilon 1e-6", "--position-embedding-type rope", "--rotary-base 10000",
+                 "--rotary-scaling-factor 40", "--mscale 1.0", "--mscale-all-dim 1.0",
+                 "--multi-latent-attention", "--q-lora-rank 32", "--kv-lora-rank 16", "--qk-head-dim 16",
+                 "--qk-pos-emb-head-dim 8", "--v-head-dim 16", "--num-experts 16", "--moe-router-topk 4",
+                 "--moe-ffn-hidden-size 32", "--moe-shared-expert-intermediate-size 32",
+                 '--moe-layer-freq "[0]*1+[1]*2"', "--moe-router-score-function sigmoid",
+                 "--moe-router-enable-expert-bias", "--moe-router-topk-scaling-factor 2.5",
+                 "--moe-router-num-groups 4", "--moe-router-group-topk 2", "--mtp-num-layers 1"],
+    },
+    "glm_moe_dsa": {
+        "real": "glm5.2-744B-A40B.sh",
+        # index sharing every 2nd layer from offset 2 (layers 0, 1, 3 compute; 2 and 4 reuse): the
+        # real freq-4 / offset-3 pattern needs 7+ layers, the same code path at 5.
+        "config": ("GlmMoeDsaConfig", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
+                                           moe_intermediate_size=32, num_hidden_layers=5, num_attention_heads=4,
+                                           num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
+                                           routed_scaling_factor=2.5, kv_lora_rank=16, q_lora_rank=32,
+                                           qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                                           num_experts_per_tok=2, first_k_dense_replace=1, rms_norm_eps=1e-5,
+                                           tie_word_embeddings=False, index_topk=8, index_head_dim=16,
+                                           index_n_heads=4, index_topk_freq=2, index_skip_topk_offset=2,
+                                           num_nextn_predict_layers=1,
+                                           rope_parameters={"rope_theta": 8000000.0, "rope_type": "default"})),
+        "spec": ["--num-layers 5", "--hidden-size 64", "--ffn-hidden-size 128", "--num-attention-heads 4",
+                 "--qk-layernorm", "--norm-epsilon 1e-5", "--position-embedding-type rope", "--rotary-base 8000000",
+                 "--multi-latent-attention", "--q-lora-rank 32", "--kv-lora-rank 16", "--qk-head-dim 16",
+                 "--qk-pos-emb-head-dim 8", "--v-head-dim 16", "--enable-dsa-indexer", "--index-n-heads 4",
+                 "--index-head-dim 16", "--index-topk 8", "--index-topk-freq 2", "--index-skip-topk-offset 2",
+                 "--num-experts 8", "--moe-router-topk 2", "--moe-ffn-hidden-size 32",
+                 "--moe-shared-expert-intermediate-size 32", '--moe-layer-freq "[0]*1+[1]*4"',
+                 "--moe-router-score-function sigmoid", "--moe-router-enable-expert-bias",
+                 "--moe-router-topk-scaling-factor 2.5", "--mtp-num-layers 1"],
+    },
+    "qwen3_5": {
+        "real": "qwen3.5-27B.sh",
+        "config": ("Qwen3_5Config", dict(
+            text_config=dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=16, rms_norm_eps=1e-6,
+                             linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16,
+                             linear_num_key_heads=2, linear_num_value_heads=4, tie_word_embeddings=False,
+                             mtp_num_hidden_layers=1, attn_output_gate=True,
+                             rope_parameters={"rope_theta": 10000000.0, "rope_type": "default",
+                                              "partial_rotary_factor": 0.25, "mrope_section": [1, 1, 0],
+                                              "mrope_interleaved": True}),
+            vision_config=dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                               patch_size=4, num_position_embeddings=16),
+            tie_word_embeddings=False)),
+        "spec": ["--num-layers 4", "--hidden-size 64", "--ffn-hidden-size 128", "--num-attention-heads 4",
+                 "--group-query-attention", "--num-query-groups 2", "--kv-channels 16", "--qk-layernorm",
+                 "--attention-output-gate", "--apply-layernorm-1p", "--norm-epsilon 1e-6",
+                 "--position-embedding-type rope", "--rotary-base 10000000", "--rotary-percent 0.25",
+                 "--hybrid-linear-attention gated_delta_net", "--linear-attention-freq 4",
+                 "--linear-conv-kernel-dim 4", "--linear-key-head-dim 16", "--linear-value-head-dim 16",
+                 "--linear-num-key-heads 2", "--linear-num-value-heads 4", "--mtp-num-layers 1"],
+    },
+}
+
+
+def spec_text(family: str, overrides: dict[str, str] | None = None) -> str:
+    """The MODEL_ARGS file of a family's tiny reference (``overrides``: flag -> new value, for
+    deliberate mismatches)."""
+    lines = [*FAMILIES[family]["spec"], *COMMON]
+    for flag, value in (overrides or {}).items():
+        lines = [ln for ln in lines if ln.split()[0] != flag] + [f"{flag} {value}".strip()]
+    body = "\n".join(f"   {ln}" for ln in lines)
+    return ("# shellcheck shell=bash\n# shellcheck disable=SC2034\n"
+            f"# Tiny reference of the {family} family (tools/reference_models.py); real sizes: "
+            f"scripts/models/{FAMILIES[family]['real']}\nMODEL_ARGS=(\n{body}\n)\n")
+
+
+def make_config(family: str):
+    import transformers
+
+    cls_name, kw = FAMILIES[family]["config"]
+    kw = dict(kw)
+    if "text_config" in kw:
+        kw["text_config"] = {"pad_token_id": 0, **kw["text_config"]}
+    else:
+        kw.setdefault("pad_token_id", 0)
+    return getattr(transformers, cls_name)(**kw)
+
+
+def _mtp_tensors(family: str, sd: dict, cfg) -> dict:
+    """The MTP layer's tensors under the published names (transformers does not build it).
+
+    DeepSeek-V3 / GLM-4.x / GLM-5: ``model.layers.{L}.`` = a full decoder layer (the last layer's
+    shapes) plus ``enorm``, ``hnorm``, ``eh_proj`` and ``shared_head.norm``. Qwen3.5: ``mtp.`` =
+    ``fc``, ``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``, one full-attention layer, ``norm``.
+    """
+    import torch
+
+    g = torch.Generator().manual_seed(7)
+
+    def like(t):
+        return (torch.randn(t.shape, generator=g) * 0.05).to(t.dtype)
+
+    out = {}
+    if family == "qwen3_5":
+        tc = cfg.text_config
+        h = tc.hidden_size
+        full = next(i for i, t in enumerate(tc.layer_types) if t == "full_attention")
+        src = f"model.language_model.layers.{full}."
+        for k, t in sd.items():
+            if k.startswith(src):
+                out["mtp.layers.0." + k[len(src):]] = like(t)
+        ref = sd["model.language_model.norm.weight"]
+        out["mtp.fc.weight"] = (torch.randn(h, 2 * h, generator=g) * 0.05).to(ref.dtype)
+        for n in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+            out[f"mtp.{n}.weight"] = like(ref)
+        return out
+    L = cfg.num_hidden_layers
+    src = f"model.layers.{L - 1}."
+    for k, t in sd.items():
+        if k.startswith(src):
+            out[f"model.layers.{L}." + k[len(src):]] = like(t)
+    ref = sd["model.norm.weight"]
+    h = ref.shape[0]
+    for n in ("enorm", "hnorm", "shared_head.norm"):
+        out[f"model.layers.{L}.{n}.weight"] = like(ref)
+    out[f"model.layers.{L}.eh_proj.weight"] = (torch.randn(h, 2 * h, generator=g) * 0.05).to(ref.dtype)
+    return out
+
+
+def build(family: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0) -> tuple[Path, Path]:
+    """Write ``out/hf`` (config.json + model.safetensors) and ``out/spec.sh``; returns both paths."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file, save_file
+
+    out = Path(out)
+    hf = out / "hf"
+    cfg = make_config(family)
+    torch.manual_seed(seed)
+    if family == "qwen3_5":
+        model = transformers.Qwen3_5ForConditionalGeneration(cfg)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():  # norms, biases and router biases off their init so none is trivial
+        for n, p in model.named_parameters():
+            if "norm" in n or n.endswith("bias") or "correction_bias" in n or n.endswith(("A_log", "dt_bias")):
+                p.add_(torch.randn_like(p) * 0.1)
+        for n, b in model.named_buffers():
+            if "correction_bias" in n:
+                b.add_(torch.rand_like(b) * 0.1)
+    model.to(getattr(torch, dtype))
+    for n, b in model.named_buffers():  # published checkpoints keep the router's expert bias in fp32
+        if "correction_bias" in n:
+            b.data = b.data.float()
+    model.save_pretrained(hf)
+    files = sorted(hf.glob("*.safetensors"))
+    sd: dict = {}
+    for f in files:
+        sd.update(load_file(str(f)))
+    mtp_layers = FAMILIES[family]["spec"]
+    if any(s.startswith("--mtp-num-layers") for s in mtp_layers):
+        sd.update(_mtp_tensors(family, sd, cfg))
+        for f in files:
+            f.unlink()
+        (hf / "model.safetensors.index.json").unlink(missing_ok=True)
+        save_file({k: v.contiguous() for k, v in sd.items()}, str(hf / "model.safetensors"), metadata={"format": "pt"})
+    spec = out / "spec.sh"
+    spec.write_text(spec_text(family))
+    return hf, spec
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="tiny reference checkpoints of the six seeded families")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    a = ap.parse_args(argv)
+    for fam in a.family or sorted(FAMILIES):
+        hf, spec = build(fam, Path(a.out) / fam, a.dtype)
+        n = len(json.loads((hf / "config.json").read_text()))
+        print(f"{fam}: {hf} ({n} config keys), {spec}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
