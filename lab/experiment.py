@@ -253,6 +253,26 @@ def is_private(info: Any) -> bool:
 
 
 PRIVATE_FIELDS: frozenset[str] = frozenset(p for p, info in iter_field_paths() if is_private(info))
+
+
+def _schema_extra(info: Any) -> dict[str, Any]:
+    extra = info.json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+# path -> the one flag a simple field renders as (generic: `--flag value`, a bool a switch).
+SIMPLE_FLAG: dict[str, str] = {p: _schema_extra(i)[_FLAG_KEY] for p, i in iter_field_paths() if _FLAG_KEY in _schema_extra(i)}
+# path -> every runtime flag the field shapes (the simple flag, or a structural field's flags).
+FIELD_FLAGS: dict[str, tuple[str, ...]] = {
+    p: tuple(([_schema_extra(i)[_FLAG_KEY]] if _FLAG_KEY in _schema_extra(i) else []) + _schema_extra(i).get(_FLAGS_KEY, []))
+    for p, i in iter_field_paths()}
+# path -> why the field becomes no runtime flag.
+LAB_ONLY: dict[str, str] = {p: _schema_extra(i)[_LAB_ONLY_KEY] for p, i in iter_field_paths() if _LAB_ONLY_KEY in _schema_extra(i)}
+
+
+def fields_of_flag(flag: str) -> list[str]:
+    """The fields that shape `flag`, in field order (empty when no control owns it)."""
+    return [p for p, flags in FIELD_FLAGS.items() if flag in flags]
 LEAF_FIELDS: frozenset[str] = frozenset(p for p, _ in iter_field_paths())
 
 
