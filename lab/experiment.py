@@ -212,6 +212,16 @@ class Evaluation(_Section):
     n_samples: int = field(8, ge=1, le=256, description="Samples per eval prompt (--n-samples-per-eval-prompt).", flags=("--n-samples-per-eval-prompt",))
 
 
+class Advanced(_Section):
+    extra_flags: str = private(
+        "", flags=("--*",),
+        description="Additional runtime flags no control covers, as shell words (e.g. --eps-clip 0.3); the runtime's "
+                    "parser checks them as you type.")
+
+
+EXTRA_FLAGS_PATH = "advanced.extra_flags"
+
+
 class Experiment(_Section):
     """The complete configuration behind experiment.sh, experiment.json and serving-reference.sh."""
 
@@ -226,6 +236,7 @@ class Experiment(_Section):
     resources: Resources = Field(default_factory=Resources, description="Parallelism and memory switches.")
     paths: Paths = Field(default_factory=Paths, description="Paths on the cluster.")
     evaluation: Evaluation = Field(default_factory=Evaluation, description="Held-out evaluation.")
+    advanced: Advanced = Field(default_factory=Advanced, description="Additional runtime flags.")
 
     @field_validator("*", mode="before")
     @classmethod

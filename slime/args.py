@@ -339,6 +339,20 @@ def steps_per_rollout(cfg: Config) -> int:
     return 1
 
 
+def data_parallel_size(cfg: Config) -> int:
+    """Trainer ranks / (TP x PP x CP) under Megatron (the ranks that split a batch); 0 when it does not divide."""
+    ranks = cfg.cluster.num_trainer_ranks
+    if cfg.cluster.train_backend != "megatron":
+        return ranks
+    model = 1
+    for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        try:
+            model *= int(cfg.megatron.get(key, 1))
+        except (TypeError, ValueError):
+            pass
+    return ranks // model if model and ranks % model == 0 else 0
+
+
 def validate(cfg: Config, environment: bool = True) -> list[str]:
     """Every problem found, each naming its flags. Pure: reads files' existence, allocates nothing.
 
@@ -357,6 +371,8 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     r, b = cfg.rollout, cfg.batch
     if cfg.run.num_rollout is None and cfg.run.num_epoch is None:
         e.append("set the run length with --num-rollout or --num-epoch")
+    if cfg.cluster.rollout_num_gpus_per_engine < 1 and not cfg.cluster.external:
+        e.append("--rollout-num-gpus-per-engine must be >= 1 (GPUs of one rollout engine)")
     if r.rollout_batch_size <= 0:
         e.append("--rollout-batch-size is required (prompts per rollout, > 0)")
     if r.n_samples_per_prompt < 1:
@@ -374,9 +390,10 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     if samples and gbs and samples % gbs:
         e.append(f"--global-batch-size {gbs} does not divide the {samples} samples of a rollout "
                  f"(--rollout-batch-size x --n-samples-per-prompt): samples would be dropped")
-    if samples and gbs and gbs % cfg.cluster.num_trainer_ranks:
-        e.append(f"the global batch ({gbs} samples) does not split over {cfg.cluster.num_trainer_ranks} "
-                 f"trainer ranks (--actor-num-nodes x --actor-num-gpus-per-node)")
+    dp = data_parallel_size(cfg)
+    if samples and gbs and dp and gbs % dp:
+        e.append(f"the global batch ({gbs} samples) does not split over {dp} data-parallel ranks "
+                 f"(--actor-num-nodes x --actor-num-gpus-per-node / model-parallel size)")
     if b.use_dynamic_batch_size and not b.max_tokens_per_gpu:
         e.append("--use-dynamic-batch-size needs --max-tokens-per-gpu")
     if r.n_samples_per_prompt == 1 and cfg.loss.advantage_estimator in ("grpo", "gspo", "cispo") \

@@ -73,7 +73,10 @@ def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = T
     out.warnings = warnings(cfg)
     use_gpu = cfg.cluster.train_backend != "embedded" or cfg.cluster.rollout_backend != "embedded"
     roles = engine_roles_override if engine_roles_override is not None else engine_roles(cfg, environment)
-    out.plan = placement_plan(cfg.cluster, use_gpu=use_gpu, engine_roles=roles)
+    try:
+        out.plan = placement_plan(cfg.cluster, use_gpu=use_gpu, engine_roles=roles)
+    except (ZeroDivisionError, ValueError):  # a layout validate() already refuses has no plan
+        out.plan = []
     return out
 
 

@@ -35,6 +35,35 @@ TINY_TUNED = ("--cpus-per-bundle", "--micro-batch-size", "--lr", "--clip-grad", 
 _TINY_PLACEHOLDERS = {"${OUTPUT_DIR}": "OUTPUT_DIR", "${MODEL_DIR}": "HF_CHECKPOINT", "${REF_DIR}": "REF_LOAD"}
 
 
+def shell_variables(exp: Experiment, recipe: Recipe) -> tuple[list[tuple[str, Any, str]], list[tuple[str, list[str], str]]]:
+    """The variables block of experiment.sh: (scalars, arrays) as (NAME, value, comment)."""
+    p = exp.paths
+    fp8_dir = p.fp8_source or (f"{p.hf_checkpoint.rstrip('/')}-fp8-source" if recipe.conversion.fp8_source else "")
+    serving_dir = p.serving_checkpoint or (
+        f"{p.hf_checkpoint.rstrip('/')}-{exp.precision.rollout}" if exp.precision.rollout in ("fp8", "int4") else "")
+    scalars = [
+        ("HF_REPO", recipe.hf_repo or "", "Hugging Face repository of the weights"),
+        ("HF_CHECKPOINT", p.hf_checkpoint, "BF16 Hugging Face checkpoint (tokenizer, config.json, weights)"),
+        ("FP8_SOURCE", fp8_dir, "FP8-published source weights before BF16 conversion"),
+        ("SERVING_CHECKPOINT", serving_dir, "quantized checkpoint the engines serve (FP8/INT4 rollout)"),
+        ("REF_LOAD", p.ref_load, "reshardable torch_dist checkpoint (--ref-load), written by convert"),
+        ("PROMPT_DATA", p.prompt_data, "training prompts (JSONL or parquet)"),
+        ("EVAL_DATA", exp.evaluation.data_path, "held-out data set"),
+        ("SAVE_DIR", p.save, "checkpoint directory (--save)"),
+        ("LOAD_DIR", p.load or "", "checkpoint to resume from (--load); empty: a fresh run"),
+        ("OUTPUT_DIR", p.output_dir, "run outputs: metrics.jsonl, logs"),
+        ("CUSTOM_GENERATE_PATH", exp.task.custom_generate_path or "", "generate hook (module.function)"),
+        ("CUSTOM_RM_PATH", exp.task.custom_reward_path or "", "reward hook (module.function)"),
+        ("DRAFT_HEAD_PATH", exp.serving.eagle.draft_head_path or "", "separate EAGLE draft head"),
+        ("QUEUE_STATE_DIR", exp.rollout.queue_state_dir or "", "straw queue state directory"),
+    ]
+    arrays = [
+        ("EXTERNAL_ENGINE_ADDRS", list(exp.placement.external_engine_addrs), "external SGLang engines, host:port"),
+        ("RDMA_DEVICES", list(exp.serving.pd.rdma_devices), "RDMA (InfiniBand) devices for Mooncake"),
+    ]
+    return scalars, arrays
+
+
 def _tiny_cache_key() -> tuple[str, int]:
     path = REPO_ROOT / TINY_TRAIN_ARGS
     try:
@@ -391,7 +420,22 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
         g = FlagGroup(f"Recipe {recipe.name}: its own tuned flags")
         g.lines.extend(_split_flag_lines(recipe.train_args))
         groups.append(g)
+    extra = extra_flag_tokens(exp)
+    if extra:
+        g = FlagGroup("Additional runtime flags (advanced.extra_flags)")
+        g.lines.extend(_split_flag_lines(extra))
+        groups.append(g)
     return groups
+
+
+def extra_flag_tokens(exp: Experiment) -> list[str]:
+    """advanced.extra_flags as shell words; unreadable text (an open quote) gives none and a finding."""
+    import shlex
+
+    try:
+        return shlex.split(exp.advanced.extra_flags)
+    except ValueError:
+        return []
 
 
 def _split_flag_lines(tokens: list[str]) -> list[list[Any]]:
