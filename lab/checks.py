@@ -292,5 +292,18 @@ def _check_paths_eval(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Deriv
     return out
 
 
+def _check_memory(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
+    """The memory panel's training number in red always comes with this finding, which says why."""
+    if not _gpu_run(recipe) or exp.placement.gpus_per_node == 0:
+        return []
+    from lab.memory import estimate_memory
+
+    m = estimate_memory(exp)
+    if m.training.fits is False:
+        return [_F("LAB-MEM-1", "warning", ["resources.cpu_adam", "placement.train_gpus", "resources.tp", "resources.max_tokens_per_gpu"],
+                   total=m.training.total_gib, gpu=m.gpu_memory_gib)]
+    return []
+
+
 CHECKS = (_check_resources, _check_engines, _check_parallel, _check_batching, _check_scheduling,
-           _check_serving, _check_precision, _check_corrections, _check_task, _check_paths_eval)
+           _check_serving, _check_precision, _check_corrections, _check_task, _check_paths_eval, _check_memory)

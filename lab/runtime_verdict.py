@@ -127,8 +127,8 @@ def runtime_findings(exp: Experiment) -> list[Finding]:
 def _all_runtime_flags() -> list[str]:
     from slime.args import MEGATRON_FLAGS, build_parser
 
-    return sorted({o for a in build_parser()._actions for o in a.option_strings if o.startswith("--")}
-                  | set(MEGATRON_FLAGS))
+    return sorted({o for a in build_parser()._actions for o in a.option_strings
+                   if o.startswith("--") and o != "--help"} | set(MEGATRON_FLAGS))
 
 
 def extra_flag_findings(exp: Experiment) -> list[Finding]:
