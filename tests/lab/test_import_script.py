@@ -68,3 +68,17 @@ def test_import_executes_nothing(tmp_path):
     text = f"#!/bin/bash\ntouch {marker}\nX=$(touch {marker})\npython3 train.py --num-rollout 2 $(touch {marker})\n"
     result = import_script(text)
     assert not marker.exists() and result.b.task.num_rollout == 2
+
+
+def test_cli_import_prints_b_against_a_and_refuses_a_bad_script(tmp_path, capsys):
+    import json
+
+    from lab.cli import main
+
+    assert main(["import", str(FIXTURES / "run-glm4-9B.sh")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["a"] == "glm4-9b" and doc["unknown_flags"] == ["--lr-warmup-iters"]
+    bad = tmp_path / "bad.sh"
+    bad.write_text("#!/bin/bash\nARGS=(\n --num-rollout 3\n")
+    assert main(["import", str(bad)]) == 1
+    assert "line 2" in capsys.readouterr().err
