@@ -5,7 +5,7 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image"}
+     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image", "placement_plan"}
 
 `repairs`: previews from `lab.repair.propose_repairs(B)` (nothing applied); the action
 `{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
@@ -58,7 +58,7 @@ GRPO_EXAMPLE_REWARDS = [1, 1, 1, 1, 0, 0, 0, 0]
 
 ActionType = Literal[
     "view", "edit", "edit_many", "undo", "redo", "reset", "open_share",
-    "save_a", "clear_a", "restore_a", "load_json", "adopt_grpo", "apply_repair",
+    "save_a", "clear_a", "restore_a", "load_json", "import_script", "adopt_grpo", "apply_repair",
 ]
 
 
@@ -71,7 +71,7 @@ class Action(BaseModel):
     label: str | None = Field(None, description="edit_many: the history label.")
     link: str | None = Field(None, description="open_share: the share link, its #s= fragment, or the bare token.")
     data: Any = Field(None, description="load_json: an experiment.json export or a choices object.")
-    text: str | None = Field(None, description="load_json: the file's text, as read by the page.")
+    text: str | None = Field(None, description="load_json / import_script: the file's text, as read by the page.")
     id: str | None = Field(None, description="apply_repair: the repair's id from `repairs`.")
 
 
@@ -125,6 +125,15 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         except LoadError as exc:
             raise ChangeError(exc.field or "action.text", str(exc)) from exc
         return workspace.replace_b(ws, loaded.choices, "Load JSON")
+    if t == "import_script":
+        from lab.import_script import ScriptImportError, import_script
+
+        try:
+            imported = import_script(action.text or "")
+        except ScriptImportError as exc:  # names the line; the workspace stays as it was
+            raise ChangeError("action.text", str(exc)) from exc
+        loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), "Import launch script")
+        return loaded.model_copy(update={"a": imported.a})  # B against the closest recipe as A
     if t == "apply_repair":
         from lab.repair import apply_repair
 
@@ -260,6 +269,7 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "derived": _dump(derived),
         "memory": _memory(exp),
         "layout": _layout(exp, derived),
+        "placement_plan": _placement_plan(exp),
         "commands": _commands(exp, derived),
         "files": files,
         "render_error": render_error,
@@ -272,6 +282,17 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "provenance": _provenance(exp),
         "image": _image_info(exp.install.image),
     }
+
+
+def _placement_plan(exp: Experiment) -> list[Any]:
+    """The runtime's Ray placement plan (slime.ray.placement.placement_plan), as `check` prints it."""
+    from lab.recipes import RecipeError
+    from lab.runtime_verdict import placement
+
+    try:
+        return placement(exp)
+    except RecipeError:  # an unknown recipe has no plan; its finding says why
+        return []
 
 
 def _repairs(exp: Experiment) -> list[Any]:

@@ -146,6 +146,7 @@ function draw(v) {
   drawControls(exp, false);
   if (changed("findings", v.findings)) drawFindings(v.findings);
   if (changed("layout", v.layout)) drawLayout(v.layout);
+  if (changed("plan", v.placement_plan)) drawPlan(v.placement_plan || []);
   if (changed("derived", v.derived)) drawDerived(v.derived);
   if (changed("memory", v.memory)) drawMemory(v.memory);
   if (changed("commands", v.commands)) drawCommands(v.commands);
@@ -164,6 +165,14 @@ function draw(v) {
   state.rev += 1;
   document.body.dataset.rev = String(state.rev);
   document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));
+}
+
+// The runtime's Ray placement plan, the same lines `experiment.sh check` prints.
+function drawPlan(plan) {
+  const names = { trainer: "trainer rank", engine: "rollout engine", prefill: "prefill engine",
+                  decode: "decode engine", router: "router", external: "external engine" };
+  $("#placement-plan").textContent = plan.map((s) =>
+    `${(s.role === "router" ? names.router : `${names[s.role]} ${s.index}`).padEnd(20)} ${s.where}`).join("\n");
 }
 
 function valueToControl(el, v) {
@@ -395,7 +404,8 @@ function bindEvents() {
       setStatus("status_error");
       return;
     }
-    const ok = await send({ type: "load_json", text: await file.text() }, prefix);
+    const type = file.name.endsWith(".sh") ? "import_script" : "load_json"; // a launch script opens as B vs its recipe as A
+    const ok = await send({ type, text: await file.text() }, prefix);
     if (ok) toast(tr("loaded_json"));
   });
   document.addEventListener("click", async (ev) => {

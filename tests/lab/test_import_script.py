@@ -82,3 +82,23 @@ def test_cli_import_prints_b_against_a_and_refuses_a_bad_script(tmp_path, capsys
     bad.write_text("#!/bin/bash\nARGS=(\n --num-rollout 3\n")
     assert main(["import", str(bad)]) == 1
     assert "line 2" in capsys.readouterr().err
+
+
+def test_page_load_of_a_launch_script_opens_b_against_a_and_a_bad_one_changes_nothing():
+    from fastapi.testclient import TestClient
+
+    from lab.app import create_app
+
+    client = TestClient(create_app())
+    start = client.post("/api/workspace", json={"action": {"type": "view"}}).json()["workspace"]
+    r = client.post("/api/workspace", json={"workspace": start, "action": {
+        "type": "import_script", "text": (FIXTURES / "run-glm4.5-355B-A32B-pd.sh").read_text()}})
+    assert r.status_code == 200
+    view = r.json()
+    assert view["workspace"]["a"]["model"]["recipe"] == "glm4.7" and view["workspace"]["b"]["serving"]["pd"]["enabled"]
+    assert view["ab_diff"]  # the differences show
+    roles = [s["role"] for s in view["placement_plan"]]
+    assert "prefill" in roles and "decode" in roles and roles.count("trainer") == 64
+    bad = client.post("/api/workspace", json={"workspace": start, "action": {
+        "type": "import_script", "text": "#!/bin/bash\npython3 train.py --rm-type 'math\n"}})
+    assert bad.status_code == 422 and "line 2" in bad.json()["detail"][0]["msg"]
