@@ -149,7 +149,9 @@ def extra_flag_findings(exp: Experiment) -> list[Finding]:
             continue
         flag = tok.split("=", 1)[0]
         owners = [p for p in fields_of_flag(flag) if p != EXTRA_FLAGS_PATH]
-        if owners:
+        if flag in NOT_A_RUN_FLAG:
+            out.append(Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH], "extra_not_a_run", flag=flag))
+        elif owners:
             out.append(Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH, *owners], "extra_owned",
                                   flag=flag, field=owners[0]))
     return out
@@ -160,10 +162,14 @@ def closest_flag(flag: str) -> str | None:
     return close[0] if close else None
 
 
+# Flags that change what the command does rather than the run: never part of a launched run.
+NOT_A_RUN_FLAG = frozenset({"--dry-run"})
+
+
 def advanced_flags() -> list[str]:
     """Runtime flags no control renders: reachable only through advanced.extra_flags."""
     owned = {f for flags in FIELD_FLAGS.values() for f in flags}
-    return [f for f in _all_runtime_flags() if f not in owned]
+    return [f for f in _all_runtime_flags() if f not in owned and f not in NOT_A_RUN_FLAG]
 
 
 def placement(exp: Experiment) -> list[dict[str, Any]]:

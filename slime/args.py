@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prefill-num-servers", type=int, default=None, help="PD: engines of the prefill group")
     g.add_argument("--router-policy", choices=["least_load", "round_robin"], default="least_load",
                    help="requests with an X-SMG-Routing-Key header always use consistent hashing")
+    _bool(g, "--dry-run", "pre-flight only: validate, check data / hooks / checkpoints, print the Ray placement plan; "
+                          "loads no model and reserves nothing (slime/dry_run.py)")
     _bool(g, "--use-fault-tolerance", "health-check engines; restart, re-sync and re-register dead ones")
     g.add_argument("--rollout-health-check-interval", type=float, default=30.0)
     g.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
