@@ -51,8 +51,6 @@ def _check_resources(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derive
 def _check_engines(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
     p, out = exp.placement, []
     if p.ownership == "external":
-        if not p.external_engine_addrs:
-            out.append(_F("LAB-EXT-1", "error", ["placement.external_engine_addrs"]))
         bad = [a for a in p.external_engine_addrs if not _valid_host_port(a)]
         if bad:
             out.append(_F("LAB-EXT-2", "error", ["placement.external_engine_addrs"], addrs=", ".join(repr(b) for b in bad)))
@@ -174,8 +172,6 @@ def _check_scheduling(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Deriv
         if exp.task.num_steps_per_rollout > 1:
             out.append(_F("LAB-ASY-STEPS", "warning", ["task.num_steps_per_rollout", "placement.scheduling"],
                           steps=exp.task.num_steps_per_rollout))
-    if exp.rollout.queue and not exp.rollout.queue_state_dir:
-        out.append(_F("LAB-QUEUE-1", "error", ["rollout.queue", "rollout.queue_state_dir"]))
     return out
 
 
@@ -276,8 +272,8 @@ def _check_task(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) ->
 
 def _check_paths_eval(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
     pa, ev, out = exp.paths, exp.evaluation, []
-    if not pa.save.strip():
-        out.append(_F("CKP-1", "error", ["paths.save", "paths.save_interval"]))
+    # No addresses for external engines, straw without a state directory and a save interval without
+    # --save are the runtime's refusals (lab.runtime_verdict), not repeated here.
     if pa.save_interval > exp.task.num_rollout:
         out.append(_F("LAB-CKP-1", "info", ["paths.save_interval", "task.num_rollout"],
                       rollouts=exp.task.num_rollout, interval=pa.save_interval))

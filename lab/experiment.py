@@ -281,9 +281,15 @@ FIELD_FLAGS: dict[str, tuple[str, ...]] = {
 LAB_ONLY: dict[str, str] = {p: _schema_extra(i)[_LAB_ONLY_KEY] for p, i in iter_field_paths() if _LAB_ONLY_KEY in _schema_extra(i)}
 
 
+_FIELDS_OF_FLAG: dict[str, list[str]] = {}
+for _path, _flags in FIELD_FLAGS.items():
+    for _flag in _flags:
+        _FIELDS_OF_FLAG.setdefault(_flag, []).append(_path)
+
+
 def fields_of_flag(flag: str) -> list[str]:
     """The fields that shape `flag`, in field order (empty when no control owns it)."""
-    return [p for p, flags in FIELD_FLAGS.items() if flag in flags]
+    return list(_FIELDS_OF_FLAG.get(flag, ()))
 LEAF_FIELDS: frozenset[str] = frozenset(p for p, _ in iter_field_paths())
 
 

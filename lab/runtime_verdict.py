@@ -111,6 +111,15 @@ def fields_for_message(message: str, extra: list[str]) -> list[str]:
 
 def runtime_findings(exp: Experiment) -> list[Finding]:
     """The runtime's refusals and warnings, each at the fields whose flags it names."""
+    return [f.model_copy() for f in _runtime_findings(exp.model_dump_json())]
+
+
+@lru_cache(maxsize=128)
+def _runtime_findings(key: str) -> tuple[Finding, ...]:
+    return tuple(_findings(Experiment.model_validate_json(key)))
+
+
+def _findings(exp: Experiment) -> list[Finding]:
     extra = ctx.extra_flag_tokens(exp)
     out = extra_flag_findings(exp)
     result = judge(exp)
