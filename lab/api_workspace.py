@@ -194,37 +194,35 @@ def _ab_diff(ws: Workspace) -> list[Any]:
 
 
 def _layout(exp: Experiment, d: Any) -> dict[str, Any]:
-    """GPU cells by node: which pool owns each GPU and which engine it serves (a drawing of the
-    derived placement; the counts come from rules.derive)."""
+    """GPU cells by node: which pool owns each GPU and which engine it serves, drawn from the
+    runtime's Ray placement plan (the plan `experiment.sh check` prints), so the diagram and the
+    plan are one."""
     p = exp.placement
     gpn = p.gpus_per_node
-    e = max(p.engine_gpus, 1)
     if gpn <= 0:
         return {"cpu_only": True, "gpus_per_node": 0, "nodes": [], "external": [], "hidden_nodes": 0}
-    cells: list[list[Any]] = []  # [role, engine index or null]
+    plan = _placement_plan(exp)
+    used: dict[tuple[int, int], list[Any]] = {}  # (node, gpu) -> [role, engine index or null]
     external: list[int] = []
-    n_actor = d.n_actor or p.train_gpus
-    if p.ownership == "colocated":
-        shared = max(n_actor, p.rollout_gpus)
-        engines = d.engines if d.engines else shared // e
-        for i in range(shared):
-            eng = i // e
-            in_engine = eng < engines
-            role = "shared" if i < n_actor and in_engine else ("train" if i < n_actor else ("rollout" if in_engine else "idle"))
-            cells.append([role, eng if in_engine else None])
-    else:
-        cells.extend(["train", None] for _ in range(n_actor))
-        if p.ownership == "disaggregated":
-            engines = d.engines if d.engines else p.rollout_gpus // e
-            for i in range(p.rollout_gpus):
-                eng = i // e
-                cells.append(["rollout", eng] if eng < engines else ["idle", None])
-        else:
-            engines = d.engines if d.engines else (len(p.external_engine_addrs) or p.rollout_gpus // e)
-            external = [e] * engines
-    capacity = max(p.nodes * gpn, math.ceil(len(cells) / gpn) * gpn)
-    cells.extend(["idle", None] for _ in range(capacity - len(cells)))
-    nodes = [cells[i:i + gpn] for i in range(0, len(cells), gpn)]
+    for slot in plan:
+        if slot["role"] == "external":
+            external.append(max(p.engine_gpus, 1))
+        elif slot["role"] == "trainer" and slot["node"] is not None:
+            for g in slot["gpus"]:
+                used[(slot["node"], g)] = ["train", None]
+        elif slot["role"] in ("engine", "prefill", "decode") and slot["node"] is not None:
+            span = slot["nodes"] or [slot["node"]]
+            left = max(p.engine_gpus, 1)
+            for node in span:
+                for g in (slot["gpus"] if node == span[0] else range(gpn)):
+                    if left <= 0:
+                        break
+                    left -= 1
+                    was = used.get((node, g))
+                    used[(node, g)] = ["shared" if was and was[0] == "train" else "rollout", slot["index"]]
+    last = max((n for n, _ in used), default=-1) + 1
+    count = max(p.nodes, last)
+    nodes = [[used.get((n, g), ["idle", None]) for g in range(gpn)] for n in range(count)]
     return {
         "cpu_only": False,
         "gpus_per_node": gpn,

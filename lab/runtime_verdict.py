@@ -183,8 +183,11 @@ def advanced_flags() -> list[str]:
 
 def placement(exp: Experiment) -> list[dict[str, Any]]:
     """The runtime's placement plan of this experiment (slime.ray.placement.placement_plan)."""
+    result = judge(exp)
+    if result.cfg is None and exp.advanced.extra_flags:  # unreadable extra flags: the plan of the rest
+        result = judge(exp.model_copy(update={"advanced": exp.advanced.model_copy(update={"extra_flags": ""})}))
     return [{"role": s.role, "index": s.index, "node": s.node, "gpus": list(s.gpus), "nodes": list(s.nodes),
-             "address": s.address, "where": s.where()} for s in judge(exp).plan]
+             "address": s.address, "where": s.where()} for s in result.plan]
 
 
 __all__ = ["runtime_argv", "runtime_findings", "judge", "placement", "advanced_flags", "closest_flag", "Path"]

@@ -173,3 +173,27 @@ def test_extra_flags_are_private_in_share_links():
     from lab.experiment import PRIVATE_FIELDS
 
     assert EXTRA_FLAGS_PATH in PRIVATE_FIELDS
+
+
+@pytest.mark.parametrize("recipe,changes", [
+    ("glm4.7", {"placement.nodes": 8}),
+    ("glm4-9b", {"serving.pd.enabled": True, "serving.pd.rdma_devices": ["mlx5_0"]}),
+    ("qwen3.8-27b", {}),
+])
+def test_the_pages_layout_diagram_is_the_runtimes_placement_plan(recipe, changes):
+    from lab.api_workspace import _layout
+    from lab.rules import derive
+    from lab.runtime_verdict import placement
+
+    exp = new_experiment(recipe)
+    for path, value in changes.items():
+        exp, _ = apply_change(exp, path, value)
+    layout, plan = _layout(exp, derive(exp)), placement(exp)
+    for slot in plan:
+        if slot["role"] == "trainer":
+            assert layout["nodes"][slot["node"]][slot["gpus"][0]][0] in ("train", "shared")
+        elif slot["role"] in ("engine", "prefill", "decode"):
+            cell = layout["nodes"][slot["node"]][slot["gpus"][0]]
+            assert cell[0] in ("rollout", "shared") and cell[1] == slot["index"]
+    drawn_trainers = sum(c[0] in ("train", "shared") for n in layout["nodes"] for c in n)
+    assert drawn_trainers == sum(s["role"] == "trainer" for s in plan)
