@@ -172,6 +172,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     from lab.experiment import LEAF_FIELDS, get_path
 
     diff = [{"field": p, "a": get_path(a, p), "b": get_path(b, p)} for p in sorted(LEAF_FIELDS) if get_path(a, p) != get_path(b, p)]
+    for flag in result.unknown:
+        print(f"note: {path}:{result.lines[flag]}: {flag} has no control; kept in advanced.extra_flags", file=sys.stderr)
     print(json.dumps({"a": result.a.model.recipe, "entry": result.entry, "unknown_flags": result.unknown,
                       "differences": diff, "b": b}, indent=2, sort_keys=True))
     if args.out:

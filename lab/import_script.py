@@ -197,6 +197,16 @@ class Imported:
     entry: str
     unknown: list[str]  # flags placed in advanced.extra_flags
     script: LaunchScript
+    lines: dict[str, int] = field(default_factory=dict)  # each unknown flag -> the script line naming it
+
+
+def line_of(text: str, flag: str) -> int:
+    """The first script line that names `flag` (for messages); 1 when none does."""
+    pat = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
+    for n, line in enumerate(text.splitlines(), 1):
+        if pat.search(line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""):
+            return n
+    return 1
 
 
 def _same(a: list[str] | None, b: list[str]) -> bool:
@@ -242,11 +252,14 @@ def import_script(text: str) -> Imported:
     for flag, values in flags:
         path = reverse.get(flag) or _STRUCTURAL.get(flag)
         if path and path != EXTRA_FLAGS_PATH:
+            if not values and "bool" not in str(_TYPES[path]):
+                raise ScriptImportError(line_of(text, flag), f"{flag} has no value (it sets {path})")
             try:
                 changes.append((path, _convert(path, values)))
-                consumed.add(flag)
-            except (ValueError, IndexError):
-                pass
+            except ValueError:
+                raise ScriptImportError(line_of(text, flag),
+                                        f"{flag} {' '.join(values)}: not a valid value for {path}") from None
+            consumed.add(flag)
     if "--eval-prompt-data" in given and len(given["--eval-prompt-data"]) >= 2:
         changes += [("evaluation.enabled", True), ("evaluation.name", given["--eval-prompt-data"][0]),
                     ("evaluation.data_path", given["--eval-prompt-data"][1])]
@@ -280,4 +293,4 @@ def import_script(text: str) -> Imported:
         extra += [flag, *values]
     if extra:
         b, _ = apply_change(b, EXTRA_FLAGS_PATH, shlex.join(extra))
-    return Imported(a, b, script.entry, unknown, script)
+    return Imported(a, b, script.entry, unknown, script, {f: line_of(text, f) for f in unknown})

@@ -26,6 +26,9 @@ def test_import_opens_as_b_against_the_closest_recipe_with_unknown_flags_listed(
     assert result.a.model.recipe == result.b.model.recipe == recipe
     assert result.b.placement.ownership == ownership
     assert result.unknown == unknown
+    text = (FIXTURES / name).read_text().splitlines()
+    for flag in unknown:  # each unknown flag is listed with the line that names it
+        assert flag in text[result.lines[flag] - 1]
     for flag in unknown:
         assert flag in result.b.advanced.extra_flags
     assert result.a != result.b
@@ -56,6 +59,8 @@ def test_pd_import_fills_the_pd_fields():
     ("#!/bin/bash\nARGS=(\n  --num-rollout 3\n", 2),                      # array never closed
     ("#!/bin/bash\nX='open quote\npython3 train.py\n", 2),                  # shell syntax it cannot read
     ("#!/bin/bash\necho hello\n", 2),                                       # no train.py command
+    ("#!/bin/bash\npython3 train.py \\\n  --num-rollout 2 \\\n  --rollout-batch-size\n", 4),  # a flag missing its value
+    ("#!/bin/bash\nA=(\n  --num-rollout three\n)\npython3 train.py ${A[@]}\n", 3),  # a value of the wrong type
 ])
 def test_a_script_it_cannot_read_names_the_line(text, line):
     with pytest.raises(ScriptImportError) as exc:
