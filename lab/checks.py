@@ -23,7 +23,6 @@ _HOOK_FILE = re.compile(r"^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):(\d{1,5})$")
 # Model families whose chat output closes a reasoning block with </think> (deepscaler grades after it).
 NON_REASONING_FAMILIES = frozenset({"glm4", "qwen2"})  # qwen2: the tiny model answers one digit
-GROUP_ESTIMATORS = frozenset({"grpo", "gspo", "reinforce_plus_plus_baseline"})
 
 
 def _gpu_run(recipe: Recipe) -> bool:

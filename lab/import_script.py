@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.experiment import EXTRA_FLAGS_PATH, SIMPLE_FLAG, Experiment, iter_field_paths
-from lab.recipes import REPO_ROOT, all_recipes, get_recipe
+from lab.recipes import REPO_ROOT, all_recipes
 from lab.rules import ChangeError, apply_change, new_experiment
 
 _ASSIGN = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.S)

@@ -10,11 +10,9 @@ rule: when the runtime gains a capability, its refusal, and the lab's finding, g
 """
 from __future__ import annotations
 
-import difflib
 import re
 import shlex
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from lab.experiment import EXTRA_FLAGS_PATH, FIELD_FLAGS, Experiment, fields_of_flag
@@ -166,11 +164,6 @@ def extra_flag_findings(exp: Experiment) -> list[Finding]:
     return out
 
 
-def closest_flag(flag: str) -> str | None:
-    close = difflib.get_close_matches(flag, _all_runtime_flags(), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
 # Flags that change what the command does rather than the run: never part of a launched run.
 NOT_A_RUN_FLAG = frozenset({"--dry-run"})
 
@@ -190,4 +183,4 @@ def placement(exp: Experiment) -> list[dict[str, Any]]:
              "address": s.address, "where": s.where()} for s in result.plan]
 
 
-__all__ = ["runtime_argv", "runtime_findings", "judge", "placement", "advanced_flags", "closest_flag", "Path"]
+__all__ = ["runtime_argv", "runtime_findings", "judge", "placement", "advanced_flags"]
