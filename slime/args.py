@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+from functools import lru_cache
 from typing import Any, Sequence
 
 from slime.config import (BatchConfig, ClusterConfig, Config, DataConfig, EvalConfig, FaultConfig, LogConfig,
@@ -105,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--metadata-key", default="metadata")
     g.add_argument("--tool-key", default="tools")
     _bool(g, "--apply-chat-template", "wrap prompts as a user message with the chat template")
-    g.add_argument("--apply-chat-template-kwargs", type=json.loads, default={})
+    g.add_argument("--apply-chat-template-kwargs", type=json.loads, default=None)
     _bool(g, "--rollout-shuffle", "shuffle each epoch with --rollout-seed + epoch")
     g.add_argument("--rollout-seed", type=int, default=42)
     g.add_argument("--num-rollout", type=int, default=None)
@@ -261,8 +262,15 @@ def _unknown_flag_error(unknown: list[str], parser: argparse.ArgumentParser) -> 
     return UsageError("; ".join(lines))
 
 
+@lru_cache(maxsize=1)
+def _shared_parser() -> argparse.ArgumentParser:
+    # Building the parser costs more than parsing; parsing never changes it (no mutable defaults),
+    # so the lab's edit-time verdict and repeated dry runs share one.
+    return build_parser()
+
+
 def parse_args(argv: Sequence[str], async_mode: bool = False) -> Config:
-    parser = build_parser()
+    parser = _shared_parser()
     rest, megatron, sglang = _split_passthrough(argv)
     ns, unknown = parser.parse_known_args(rest)
     if unknown:
@@ -297,7 +305,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.cpus_per_bundle, ns.train_backend, ns.rollout_backend, False,
             ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers, ns.router_policy),
         data=DataConfig(ns.prompt_data, ns.input_key, ns.label_key, ns.metadata_key,
-                        ns.apply_chat_template, ns.apply_chat_template_kwargs, ns.rollout_shuffle,
+                        ns.apply_chat_template, ns.apply_chat_template_kwargs or {}, ns.rollout_shuffle,
                         ns.rollout_seed, ns.rollout_max_prompt_len),
         rollout=RolloutConfig(ns.rollout_batch_size or 0, ns.n_samples_per_prompt, sampling,
                               ns.rm_type, ns.custom_rm_path, ns.group_rm, ns.reward_key,
