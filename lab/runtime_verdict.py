@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
@@ -79,19 +80,36 @@ def engine_roles(exp: Experiment, recipe: Recipe) -> list[str]:
     return roles
 
 
+class _Memo:
+    """A small LRU keyed by the experiment's JSON; the value is computed from the object at hand."""
+
+    def __init__(self, size: int = 128) -> None:
+        self.size, self.data = size, OrderedDict()
+
+    def get(self, key: str, compute):
+        if key in self.data:
+            self.data.move_to_end(key)
+            return self.data[key]
+        value = self.data[key] = compute()
+        if len(self.data) > self.size:
+            self.data.popitem(last=False)
+        return value
+
+
+_JUDGED = _Memo()
+_FOUND = _Memo()
+
+
 def judge(exp: Experiment, recipe: Recipe | None = None):
-    """slime.dry_run.DryRun of this experiment (cached per experiment)."""
-    return _judge(exp.model_dump_json())
-
-
-@lru_cache(maxsize=128)
-def _judge(key: str):
+    """slime.dry_run.DryRun of this experiment (remembered per experiment)."""
     from slime.dry_run import dry_run
 
-    exp = Experiment.model_validate_json(key)
-    recipe = get_recipe(exp.model.recipe)
-    return dry_run(runtime_argv(exp, recipe), async_mode=exp.placement.scheduling == "async",
-                   environment=False, engine_roles_override=engine_roles(exp, recipe))
+    def compute():
+        r = recipe or get_recipe(exp.model.recipe)
+        return dry_run(runtime_argv(exp, r), async_mode=exp.placement.scheduling == "async",
+                       environment=False, engine_roles_override=engine_roles(exp, r))
+
+    return _JUDGED.get(exp.model_dump_json(), compute)
 
 
 def fields_for_message(message: str, extra: list[str]) -> list[str]:
@@ -109,12 +127,7 @@ def fields_for_message(message: str, extra: list[str]) -> list[str]:
 
 def runtime_findings(exp: Experiment) -> list[Finding]:
     """The runtime's refusals and warnings, each at the fields whose flags it names."""
-    return [f.model_copy() for f in _runtime_findings(exp.model_dump_json())]
-
-
-@lru_cache(maxsize=128)
-def _runtime_findings(key: str) -> tuple[Finding, ...]:
-    return tuple(_findings(Experiment.model_validate_json(key)))
+    return [f.model_copy() for f in _FOUND.get(exp.model_dump_json(), lambda: tuple(_findings(exp)))]
 
 
 def _findings(exp: Experiment) -> list[Finding]:
