@@ -69,15 +69,11 @@ def runtime_argv(exp: Experiment, recipe: Recipe | None = None) -> list[str]:
     return argv
 
 
-def engine_roles(exp: Experiment, recipe: Recipe) -> list[str]:
-    """Each engine's group as the lab writes sglang.yaml (prefill / decode under PD)."""
+def server_groups(exp: Experiment, recipe: Recipe) -> list[dict[str, Any]] | None:
+    """The server groups of the sglang.yaml experiment.sh embeds (None when it embeds none)."""
     if not ctx.needs_sglang_yaml(exp, recipe):
-        return []
-    roles: list[str] = []
-    for g in ctx.sglang_groups(exp, recipe, exp.placement.train_gpus):
-        role = "engine" if g["worker_type"] == "regular" else g["worker_type"]
-        roles += [role] * max(1, g["num_gpus"] // max(g["num_gpus_per_engine"], 1))
-    return roles
+        return None
+    return ctx.sglang_groups(exp, recipe, exp.placement.train_gpus)
 
 
 class _Memo:
@@ -107,7 +103,7 @@ def judge(exp: Experiment, recipe: Recipe | None = None):
     def compute():
         r = recipe or get_recipe(exp.model.recipe)
         return dry_run(runtime_argv(exp, r), async_mode=exp.placement.scheduling == "async",
-                       environment=False, engine_roles_override=engine_roles(exp, r))
+                       environment=False, groups=server_groups(exp, r))
 
     return _JUDGED.get(exp.model_dump_json(), compute)
 

@@ -27,20 +27,44 @@ class DryRun:
         return not self.errors
 
 
-def engine_roles(cfg: Config, environment: bool = True) -> list[str]:
+def server_groups(cfg: Config, environment: bool = True, given: list[dict] | None = None) -> list:
+    """The policy's SGLang server groups: from --sglang-config (read on the cluster), from `given`
+    (the groups of a sglang.yaml not written yet: the lab's), or the default layout of the flags."""
+    from slime.rollout.engines.sglang import ServerGroup, canonical, default_groups, load_server_groups
+
+    c = cfg.cluster
+    if given is not None:
+        return [ServerGroup(g["worker_type"], int(g["num_gpus"]), int(g["num_gpus_per_engine"]),
+                            {canonical(k): v for k, v in (g.get("overrides") or {}).items()}) for g in given]
+    if c.sglang_config:
+        return load_server_groups(c.sglang_config, cfg.model.hf_checkpoint) if environment else []
+    return default_groups(c.num_rollout_units, c.rollout_num_gpus_per_engine, c.prefill_num_servers)
+
+
+def translation_errors(cfg: Config, groups: list) -> list[str]:
+    """What the SGLang launcher would refuse in these groups and --sglang-* flags (SGL-1..7)."""
+    from slime.rollout.engines.sglang import TranslationError, plan_engines
+
+    policy = [g for g in groups if g.update_weights] or groups
+    if any(g.num_gpus_per_engine < 1 for g in policy):
+        return []  # validate() already names the engine size
+    try:
+        plan_engines(policy, cfg.sglang, server_concurrency=cfg.rollout.server_concurrency,
+                     rollout_gpus=cfg.cluster.num_rollout_units)
+    except TranslationError as e:
+        return [str(e)]
+    return []
+
+
+def engine_roles(cfg: Config, environment: bool = True, groups: list | None = None) -> list[str]:
     """Each engine's group (regular / prefill / decode), as the SGLang launcher will plan them."""
     c = cfg.cluster
-    if c.external or c.rollout_backend != "sglang":
+    if c.external or c.rollout_backend != "sglang" or c.rollout_num_gpus_per_engine < 1:
         return []
-    from slime.rollout.engines.sglang import TranslationError, default_groups, load_server_groups
+    from slime.rollout.engines.sglang import TranslationError
 
     try:
-        if c.sglang_config:
-            if not environment:
-                return []
-            groups = load_server_groups(c.sglang_config, cfg.model.hf_checkpoint)
-        else:
-            groups = default_groups(c.num_rollout_units, c.rollout_num_gpus_per_engine, c.prefill_num_servers)
+        groups = groups if groups is not None else server_groups(cfg, environment)
     except (TranslationError, OSError, ValueError):
         return []
     groups = [g for g in groups if g.update_weights] or groups
@@ -52,7 +76,9 @@ def engine_roles(cfg: Config, environment: bool = True) -> list[str]:
 
 
 def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = True,
-            engine_roles_override: list[str] | None = None) -> DryRun:
+            groups: list[dict] | None = None) -> DryRun:
+    """`groups`: the server groups of a sglang.yaml that --sglang-config will name but that is not
+    written yet (the lab judges before rendering); judged by the same SGLang translation."""
     from slime.args import UsageError, parse_args, validate, warnings
     from slime.ray.placement import placement_plan
 
@@ -70,9 +96,21 @@ def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = T
             out.errors = list(e.problems)
     else:
         out.errors = validate(cfg, environment=False)
+    sglang = cfg.cluster.rollout_backend == "sglang" and not cfg.cluster.external
+    parsed = None
+    if sglang and cfg.cluster.rollout_num_gpus_per_engine >= 1 and (not environment or groups is not None):
+        # (preflight() translates --sglang-config's file itself on the cluster)
+        from slime.rollout.engines.sglang import TranslationError
+
+        try:
+            parsed = server_groups(cfg, environment, groups)
+        except (TranslationError, ValueError) as e:
+            out.errors.append(str(e))
+        if parsed:  # every refusal at once, so the lab can show each at its fields
+            out.errors.extend(translation_errors(cfg, parsed))
     out.warnings = warnings(cfg)
     use_gpu = cfg.cluster.train_backend != "embedded" or cfg.cluster.rollout_backend != "embedded"
-    roles = engine_roles_override if engine_roles_override is not None else engine_roles(cfg, environment)
+    roles = engine_roles(cfg, environment, parsed)
     try:
         out.plan = placement_plan(cfg.cluster, use_gpu=use_gpu, engine_roles=roles)
     except (ZeroDivisionError, ValueError):  # a layout validate() already refuses has no plan

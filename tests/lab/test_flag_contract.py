@@ -102,6 +102,12 @@ def _build(recipe, ownership, scheduling, toggle):
     steps += list(TOGGLES[toggle].items())
     for path, value in steps:
         exp, _ = apply_change(exp, path, value)
+    if exp.serving.pd.enabled:  # PD groups that fill the rollout pool: the lab's own SGL-4 repair, as a user applies it
+        from lab.repair import propose_repairs
+
+        fix = next((r for r in propose_repairs(exp) if r.fixes == "SGL-4"), None)
+        for path, value in (fix.values if fix else {}).items():
+            exp, _ = apply_change(exp, path, value)
     return exp
 
 
@@ -113,7 +119,11 @@ def test_runtime_dry_run_accepts_every_recipe_layout_and_toggle(recipe, ownershi
         pytest.skip(f"the lab refuses this combination at the field: {exc}")
     if scheduling == "async" and ownership == "colocated":
         assert exp.placement.ownership == "disaggregated"  # the lab moves async off a shared pool
-    result = dry_run(runtime_argv(exp), async_mode=exp.placement.scheduling == "async", environment=False)
+    from lab.recipes import get_recipe
+    from lab.runtime_verdict import server_groups
+
+    result = dry_run(runtime_argv(exp), async_mode=exp.placement.scheduling == "async", environment=False,
+                     groups=server_groups(exp, get_recipe(recipe)))
     assert result.cfg is not None, result.errors
     # The lab shows exactly the runtime's refusals (the same argv, the same judge).
     shown = {f.params.get("reason") for f in validate(exp) if f.id == "RUNTIME" and f.level == "error"}
