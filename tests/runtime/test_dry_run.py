@@ -59,3 +59,18 @@ def test_train_py_dry_run_prints_the_plan_loads_nothing_and_exits_by_the_verdict
     bad = subprocess.run([sys.executable, "train.py", *args, "--use-tis", "--use-icepop"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert bad.returncode == 1 and "pick one" in bad.stdout
+
+
+def test_dry_run_judges_unwritten_server_groups_with_the_sglang_translation():
+    from slime.dry_run import dry_run
+
+    argv = ["--rollout-backend", "sglang", "--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "4",
+            "--rollout-num-gpus-per-engine", "2", "--sglang-config", "later.yaml", "--num-rollout", "1",
+            "--rollout-batch-size", "4", "--n-samples-per-prompt", "2", "--rm-type", "math",
+            "--prompt-data", "/cluster/p.jsonl", "--hf-checkpoint", "/cluster/hf"]  # paths of another machine
+    pd = [{"worker_type": "prefill", "num_gpus": 2, "num_gpus_per_engine": 2},
+          {"worker_type": "decode", "num_gpus": 2, "num_gpus_per_engine": 2}]
+    ok = dry_run(argv, environment=False, groups=pd)
+    assert ok.errors == [] and [s.role for s in ok.plan if s.role in ("prefill", "decode")] == ["prefill", "decode"]
+    short = dry_run(argv, environment=False, groups=pd[:1] + [{**pd[1], "num_gpus": 4}])
+    assert any("server groups hold 6 GPUs but --rollout-num-gpus is 4" in e for e in short.errors)
