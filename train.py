@@ -11,6 +11,11 @@ import time
 
 
 def main(argv: list[str]) -> None:
+    if "--dry-run" in argv:  # pre-flight and placement plan only: nothing is loaded or reserved
+        from slime.dry_run import main as dry_run_main
+
+        sys.exit(dry_run_main([a for a in argv if a != "--dry-run"]))
+
     from slime.args import UsageError, parse_args
     from slime.eval import eval_due
     from slime.metrics import MetricsLogger, dump_rollout

@@ -6,7 +6,7 @@ Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
      "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image", "folded",
-     "diagrams"}
+     "diagrams", "placement_plan"}
 
 `repairs`: previews from `lab.repair.propose_repairs(B)` (nothing applied); the action
 `{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
@@ -59,7 +59,7 @@ GRPO_EXAMPLE_REWARDS = [1, 1, 1, 1, 0, 0, 0, 0]
 
 ActionType = Literal[
     "view", "edit", "edit_many", "undo", "redo", "reset", "open_share",
-    "save_a", "clear_a", "restore_a", "load_json", "adopt_grpo", "apply_repair",
+    "save_a", "clear_a", "restore_a", "load_json", "import_script", "adopt_grpo", "apply_repair",
 ]
 
 
@@ -72,7 +72,7 @@ class Action(BaseModel):
     label: str | None = Field(None, description="edit_many: the history label.")
     link: str | None = Field(None, description="open_share: the share link, its #s= fragment, or the bare token.")
     data: Any = Field(None, description="load_json: an experiment.json export or a choices object.")
-    text: str | None = Field(None, description="load_json: the file's text, as read by the page.")
+    text: str | None = Field(None, description="load_json / import_script: the file's text, as read by the page.")
     id: str | None = Field(None, description="apply_repair: the repair's id from `repairs`.")
 
 
@@ -139,6 +139,15 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         except LoadError as exc:
             raise ChangeError(exc.field or "action.text", str(exc), exc.key, exc.params) from exc
         return workspace.replace_b(ws, loaded.choices, "Load JSON")
+    if t == "import_script":
+        from lab.import_script import ScriptImportError, import_script
+
+        try:
+            imported = import_script(action.text or "")
+        except ScriptImportError as exc:  # names the line; the workspace stays as it was
+            raise ChangeError("action.text", str(exc)) from exc
+        loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), "Import launch script")
+        return loaded.model_copy(update={"a": imported.a})  # B against the closest recipe as A
     if t == "apply_repair":
         from lab.repair import apply_repair
 
@@ -199,37 +208,35 @@ def _ab_diff(ws: Workspace) -> list[Any]:
 
 
 def _layout(exp: Experiment, d: Any) -> dict[str, Any]:
-    """GPU cells by node: which pool owns each GPU and which engine it serves (a drawing of the
-    derived placement; the counts come from rules.derive)."""
+    """GPU cells by node: which pool owns each GPU and which engine it serves, drawn from the
+    runtime's Ray placement plan (the plan `experiment.sh check` prints), so the diagram and the
+    plan are one."""
     p = exp.placement
     gpn = p.gpus_per_node
-    e = max(p.engine_gpus, 1)
     if gpn <= 0:
         return {"cpu_only": True, "gpus_per_node": 0, "nodes": [], "external": [], "hidden_nodes": 0}
-    cells: list[list[Any]] = []  # [role, engine index or null]
+    plan = _placement_plan(exp)
+    used: dict[tuple[int, int], list[Any]] = {}  # (node, gpu) -> [role, engine index or null]
     external: list[int] = []
-    n_actor = d.n_actor or p.train_gpus
-    if p.ownership == "colocated":
-        shared = max(n_actor, p.rollout_gpus)
-        engines = d.engines if d.engines else shared // e
-        for i in range(shared):
-            eng = i // e
-            in_engine = eng < engines
-            role = "shared" if i < n_actor and in_engine else ("train" if i < n_actor else ("rollout" if in_engine else "idle"))
-            cells.append([role, eng if in_engine else None])
-    else:
-        cells.extend(["train", None] for _ in range(n_actor))
-        if p.ownership == "disaggregated":
-            engines = d.engines if d.engines else p.rollout_gpus // e
-            for i in range(p.rollout_gpus):
-                eng = i // e
-                cells.append(["rollout", eng] if eng < engines else ["idle", None])
-        else:
-            engines = d.engines if d.engines else (len(p.external_engine_addrs) or p.rollout_gpus // e)
-            external = [e] * engines
-    capacity = max(p.nodes * gpn, math.ceil(len(cells) / gpn) * gpn)
-    cells.extend(["idle", None] for _ in range(capacity - len(cells)))
-    nodes = [cells[i:i + gpn] for i in range(0, len(cells), gpn)]
+    for slot in plan:
+        if slot["role"] == "external":
+            external.append(max(p.engine_gpus, 1))
+        elif slot["role"] == "trainer" and slot["node"] is not None:
+            for g in slot["gpus"]:
+                used[(slot["node"], g)] = ["train", None]
+        elif slot["role"] in ("engine", "prefill", "decode") and slot["node"] is not None:
+            span = slot["nodes"] or [slot["node"]]
+            left = max(p.engine_gpus, 1)
+            for node in span:
+                for g in (slot["gpus"] if node == span[0] else range(gpn)):
+                    if left <= 0:
+                        break
+                    left -= 1
+                    was = used.get((node, g))
+                    used[(node, g)] = ["shared" if was and was[0] == "train" else "rollout", slot["index"]]
+    last = max((n for n, _ in used), default=-1) + 1
+    count = max(p.nodes, last)
+    nodes = [[used.get((n, g), ["idle", None]) for g in range(gpn)] for n in range(count)]
     return {
         "cpu_only": False,
         "gpus_per_node": gpn,
@@ -275,6 +282,7 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "derived": _dump(derived),
         "memory": _memory(exp),
         "layout": _layout(exp, derived),
+        "placement_plan": _placement_plan(exp),
         "commands": _commands(exp, derived),
         "files": files,
         "render_error": render_error,
@@ -306,6 +314,16 @@ def _folded(exp: Experiment, findings: list[Any]) -> list[str]:
     info = _recipe_info(exp)
     named = {f for finding in findings for f in finding.get("fields", [])}
     return folded_fields(exp, info["kind"] if info else None, named)
+
+def _placement_plan(exp: Experiment) -> list[Any]:
+    """The runtime's Ray placement plan (slime.ray.placement.placement_plan), as `check` prints it."""
+    from lab.recipes import RecipeError
+    from lab.runtime_verdict import placement
+
+    try:
+        return placement(exp)
+    except RecipeError:  # an unknown recipe has no plan; its finding says why
+        return []
 
 
 def _repairs(exp: Experiment) -> list[Any]:

@@ -23,7 +23,6 @@ _HOOK_FILE = re.compile(r"^[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_PORT = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):(\d{1,5})$")
 # Model families whose chat output closes a reasoning block with </think> (deepscaler grades after it).
 NON_REASONING_FAMILIES = frozenset({"glm4", "qwen2"})  # qwen2: the tiny model answers one digit
-GROUP_ESTIMATORS = frozenset({"grpo", "gspo", "reinforce_plus_plus_baseline"})
 
 
 def _gpu_run(recipe: Recipe) -> bool:
@@ -51,8 +50,6 @@ def _check_resources(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derive
 def _check_engines(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
     p, out = exp.placement, []
     if p.ownership == "external":
-        if not p.external_engine_addrs:
-            out.append(_F("LAB-EXT-1", "error", ["placement.external_engine_addrs"]))
         bad = [a for a in p.external_engine_addrs if not _valid_host_port(a)]
         if bad:
             out.append(_F("LAB-EXT-2", "error", ["placement.external_engine_addrs"], addrs=", ".join(repr(b) for b in bad)))
@@ -153,21 +150,9 @@ def _check_pipeline(exp: Experiment, spec: ModelSpec) -> list[Finding]:
 
 
 def _check_batching(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
-    t, out = exp.task, []
-    if d.samples_dropped:
-        out.append(_F("BAT-3", "error", ["task.num_steps_per_rollout", "task.rollout_batch_size", "task.n_samples_per_prompt"],
-                      prompts=t.rollout_batch_size, n=t.n_samples_per_prompt, samples=d.samples_per_rollout,
-                      steps=t.num_steps_per_rollout, dropped=d.samples_dropped))
-    if d.dp and _gpu_run(recipe):
-        if d.global_batch_size % d.dp:
-            out.append(_F("BAT-4", "error", ["task.num_steps_per_rollout", "task.rollout_batch_size", "placement.train_gpus"],
-                          gbs=d.global_batch_size, dp=d.dp))
-    if t.n_samples_per_prompt == 1 and t.advantage_estimator in GROUP_ESTIMATORS:
-        out.append(_F("BAT-6", "error", ["task.n_samples_per_prompt", "task.advantage_estimator"], estimator=t.advantage_estimator))
-    over = exp.rollout.over_sampling_batch_size
-    if over is not None and over < t.rollout_batch_size:
-        out.append(_F("BAT-7", "error", ["rollout.over_sampling_batch_size", "task.rollout_batch_size"],
-                      over=over, batch=t.rollout_batch_size, example=2 * t.rollout_batch_size))
+    # Batch divisibility (BAT-3/4), group size (BAT-6) and over-sampling (BAT-7) are runtime rules:
+    # lab.runtime_verdict shows the runtime's verdict on them.
+    out: list[Finding] = []
     cap = exp.resources.max_tokens_per_gpu * exp.resources.cp
     if _gpu_run(recipe) and cap < exp.rollout.max_response_len:
         out.append(_F("BAT-5", "warning", ["resources.max_tokens_per_gpu", "rollout.max_response_len", "resources.cp"],
@@ -178,31 +163,14 @@ def _check_batching(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived
 def _check_scheduling(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
     p, c, out = exp.placement, exp.corrections, []
     corrected = c.tis or c.icepop
+    # async + colocated (COL-1) and partial rollout without over-sampling or correction (PRT-1) are
+    # runtime rules; held-out eval runs under async (train_async.py evaluates), so EVL-2 is gone.
     if p.scheduling == "async":
-        if p.ownership == "colocated":
-            out.append(_F("COL-1", "error", ["placement.scheduling", "placement.ownership"]))
         if not corrected:
             out.append(_F("ASY-1", "warning", ["placement.scheduling", "corrections.tis", "corrections.icepop"]))
         if exp.task.num_steps_per_rollout > 1:
             out.append(_F("LAB-ASY-STEPS", "warning", ["task.num_steps_per_rollout", "placement.scheduling"],
                           steps=exp.task.num_steps_per_rollout))
-        backlog = exp.serving.concurrency * max(d.engines, 1)
-        if d.samples_per_rollout and backlog > 2 * d.samples_per_rollout:
-            out.append(_F("ASY-3", "warning", ["serving.concurrency", "task.rollout_batch_size"],
-                          backlog=backlog, concurrency=exp.serving.concurrency, engines=max(d.engines, 1),
-                          samples=d.samples_per_rollout, staleness=d.expected_staleness,
-                          per_engine=max(1, 2 * d.samples_per_rollout // max(d.engines, 1))))
-        if exp.evaluation.enabled:
-            out.append(_F("EVL-2", "error", ["evaluation.enabled", "placement.scheduling"]))
-    if exp.rollout.partial_rollout:
-        over = exp.rollout.over_sampling_batch_size
-        if over is None or over <= exp.task.rollout_batch_size:
-            out.append(_F("PRT-1", "warning", ["rollout.partial_rollout", "rollout.over_sampling_batch_size"],
-                          example=2 * exp.task.rollout_batch_size))
-        if not corrected:
-            out.append(_F("LAB-PRT-TIS", "warning", ["rollout.partial_rollout", "corrections.tis"]))
-    if exp.rollout.queue and not exp.rollout.queue_state_dir:
-        out.append(_F("LAB-QUEUE-1", "error", ["rollout.queue", "rollout.queue_state_dir"]))
     return out
 
 
@@ -280,8 +248,6 @@ def _check_precision(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derive
 
 def _check_corrections(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
     c, out = exp.corrections, []
-    if c.tis and c.icepop:
-        out.append(_F("LAB-CORR-1", "warning", ["corrections.tis", "corrections.icepop"]))
     if c.r3 and not spec.is_moe:
         out.append(_F("LAB-R3-1", "warning", ["corrections.r3"], model=recipe.display_name))
     return out
@@ -305,8 +271,8 @@ def _check_task(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) ->
 
 def _check_paths_eval(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
     pa, ev, out = exp.paths, exp.evaluation, []
-    if not pa.save.strip():
-        out.append(_F("CKP-1", "error", ["paths.save", "paths.save_interval"]))
+    # No addresses for external engines, straw without a state directory and a save interval without
+    # --save are the runtime's refusals (lab.runtime_verdict), not repeated here.
     if pa.save_interval > exp.task.num_rollout:
         out.append(_F("LAB-CKP-1", "info", ["paths.save_interval", "task.num_rollout"],
                       rollouts=exp.task.num_rollout, interval=pa.save_interval))
@@ -321,5 +287,18 @@ def _check_paths_eval(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Deriv
     return out
 
 
+def _check_memory(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
+    """The memory panel's training number in red always comes with this finding, which says why."""
+    if not _gpu_run(recipe) or exp.placement.gpus_per_node == 0:
+        return []
+    from lab.memory import estimate_memory
+
+    m = estimate_memory(exp)
+    if m.training.fits is False:
+        return [_F("LAB-MEM-1", "warning", ["resources.cpu_adam", "placement.train_gpus", "resources.tp", "resources.max_tokens_per_gpu"],
+                   total=m.training.total_gib, gpu=m.gpu_memory_gib)]
+    return []
+
+
 CHECKS = (_check_resources, _check_engines, _check_parallel, _check_batching, _check_scheduling,
-           _check_serving, _check_precision, _check_corrections, _check_task, _check_paths_eval)
+           _check_serving, _check_precision, _check_corrections, _check_task, _check_paths_eval, _check_memory)

@@ -155,6 +155,34 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """Read a hand-written launch script (nothing is executed): B against the closest recipe as A."""
+    from lab.import_script import ScriptImportError, import_script
+
+    path = Path(args.script)
+    try:
+        result = import_script(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return 2
+    except ScriptImportError as exc:
+        print(f"error: {path}: {exc} (nothing was changed)", file=sys.stderr)
+        return 1
+    a, b = result.a.model_dump(mode="json"), result.b.model_dump(mode="json")
+    from lab.experiment import LEAF_FIELDS, get_path
+
+    diff = [{"field": p, "a": get_path(a, p), "b": get_path(b, p)} for p in sorted(LEAF_FIELDS) if get_path(a, p) != get_path(b, p)]
+    for flag in result.unknown:
+        print(f"note: {path}:{result.lines[flag]}: {flag} has no control; kept in advanced.extra_flags", file=sys.stderr)
+    print(json.dumps({"a": result.a.model.recipe, "entry": result.entry, "unknown_flags": result.unknown,
+                      "differences": diff, "b": b}, indent=2, sort_keys=True))
+    if args.out:
+        from lab.render import render_all, write_files
+
+        write_files(render_all(result.b), args.out)
+    return 0
+
+
 def cmd_share(args: argparse.Namespace) -> int:
     try:
         from lab import share
@@ -204,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print the experiment's JSON schema")
     s.set_defaults(func=cmd_schema)
 
+    s = sub.add_parser("import", help="read a hand-written launch script (run-*.sh) into an experiment; executes nothing")
+    s.add_argument("script", help="the launch script")
+    s.add_argument("--out", help="also render experiment.sh and experiment.json of the imported B into this directory")
+    s.set_defaults(func=cmd_import)
     s = sub.add_parser("share", help="make a share link (private fields stripped), or --open one")
     s.add_argument("experiment", nargs="?", help="EXPERIMENT.json")
     s.add_argument("--open", metavar="LINK", help="print the choices a link carries")

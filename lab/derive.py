@@ -40,7 +40,7 @@ class Derived(BaseModel):
     steps_per_rollout: int = Field(1, description="Optimizer steps per rollout.")
     global_batch_size: int = Field(0, description="Samples per optimizer step, ⌊S / steps⌋.")
     samples_dropped: int = Field(0, description="Samples dropped per rollout when steps do not divide S.")
-    expected_staleness: float = Field(0.0, description="Fully async: in-flight samples / S, in rollouts (rough); 0 when synchronous.")
+    expected_staleness: float = Field(0.0, description="Weight versions between generation and training: 1 under train_async.py (one-step lookahead), 0 when synchronous.")
     conversion_nodes: int = Field(1, description="Nodes of the HF → torch_dist conversion job.")
     conversion_gpus_per_node: int = Field(8, description="GPUs per node of the conversion job.")
     fp8_source: bool = Field(False, description="The published weights are FP8 and are converted to BF16 first.")
@@ -96,9 +96,9 @@ def derive(exp: Experiment) -> Derived:
     declared = p.nodes * p.gpus_per_node
     s = t.rollout_batch_size * t.n_samples_per_prompt
     steps = t.num_steps_per_rollout
-    staleness = 0.0
-    if exp.placement.scheduling == "async" and s:
-        staleness = round(exp.serving.concurrency * max(engines, 1) / s, 2)
+    # train_async.py is a one-step lookahead: rollout N+1 is generated while rollout N trains, by
+    # the weights from before step N's update, so every trained sample is exactly one version old.
+    staleness = 1.0 if exp.placement.scheduling == "async" else 0.0
 
     d = Derived(
         n_actor=n,

@@ -16,14 +16,46 @@ from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lab.runtime_choices import advantage_estimators, reward_types
+
 SCHEMA_VERSION = 2  # schema 1 is the earlier flat layout; lab/migrate.py upgrades it.
 
 _PRIVATE_KEY = "x-private"
+# The runtime flag(s) a field becomes, declared here and only here. "x-flag" (one flag) marks a
+# simple field: `lab.render.context.declared_lines` writes `--flag value` (a bool is a switch, None
+# is left out). "x-flags" (several) names the flags a structural field shapes through hand-written
+# render logic (pools, PD, sglang.yaml). A field that becomes no flag says why in "x-lab-only".
+_FLAG_KEY = "x-flag"
+_FLAGS_KEY = "x-flags"
+_LAB_ONLY_KEY = "x-lab-only"
 
 
-def private(default: Any = None, *, description: str, **kwargs: Any) -> Any:
+def _extra(flag: str | None, flags: tuple[str, ...], lab_only: str | None, private: bool) -> dict[str, Any]:
+    extra: dict[str, Any] = {}
+    if private:
+        extra[_PRIVATE_KEY] = True
+    if flag:
+        extra[_FLAG_KEY] = flag
+    if flags:
+        extra[_FLAGS_KEY] = list(flags)
+    if lab_only:
+        extra[_LAB_ONLY_KEY] = lab_only
+    return extra
+
+
+def field(default: Any = None, *, description: str, flag: str | None = None, flags: tuple[str, ...] = (),
+          lab_only: str | None = None, **kwargs: Any) -> Any:
+    """A field with its runtime flag (or its reason for having none) declared beside it."""
+    extra = _extra(flag, flags, lab_only, False)
+    if "default_factory" in kwargs:
+        return Field(description=description, json_schema_extra=extra, **kwargs)
+    return Field(default, description=description, json_schema_extra=extra, **kwargs)
+
+
+def private(default: Any = None, *, description: str, flag: str | None = None, flags: tuple[str, ...] = (),
+            lab_only: str | None = None, **kwargs: Any) -> Any:
     """A field that never leaves the user's machine in a share link."""
-    extra = {_PRIVATE_KEY: True}
+    extra = _extra(flag, flags, lab_only, True)
     if "default_factory" in kwargs:
         return Field(description=description, json_schema_extra=extra, **kwargs)
     return Field(default, description=description, json_schema_extra=extra, **kwargs)
@@ -37,147 +69,157 @@ class _Section(BaseModel):
 # --- 1. Task and model -------------------------------------------------------------------------
 
 class Task(_Section):
-    kind: Literal["math", "custom"] = Field(
-        "math", description="Verifiable math (JSONL prompt/label, deepscaler reward) or my own agent / reward hooks.")
-    input_key: str = Field("prompt", description="JSONL key of the prompt (--input-key).")
-    label_key: str = Field("label", description="JSONL key of the reference answer (--label-key).")
-    apply_chat_template: bool = Field(True, description="Wrap each prompt in the tokenizer's chat template.")
-    rm_type: Literal["deepscaler", "math", "dapo", "f1"] = Field(
-        "deepscaler", description="Built-in reward (--rm-type); deepscaler grades the text after </think>.")
-    n_samples_per_prompt: int = Field(8, ge=1, le=256, description="Responses sampled per prompt (GRPO group size).")
-    advantage_estimator: Literal["grpo", "gspo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"] = Field(
-        "grpo", description="Advantage estimator (--advantage-estimator).")
-    num_rollout: int = Field(3, ge=1, le=1_000_000, description="Rollout rounds to run (--num-rollout); 3 is a correctness run.")
-    rollout_batch_size: int = Field(32, ge=1, le=65536, description="Prompts per rollout (--rollout-batch-size).")
-    num_steps_per_rollout: int = Field(1, ge=1, le=1024, description="Optimizer steps per rollout (--num-steps-per-rollout).")
+    kind: Literal["math", "custom"] = field(
+        "math", description="Verifiable math (JSONL prompt/label, deepscaler reward) or my own agent / reward hooks.", lab_only="chooses the defaults of the task; the hook fields carry the flags")
+    input_key: str = field("prompt", description="JSONL key of the prompt (--input-key).", flag="--input-key")
+    label_key: str = field("label", description="JSONL key of the reference answer (--label-key).", flag="--label-key")
+    apply_chat_template: bool = field(True, description="Wrap each prompt in the tokenizer's chat template.", flag="--apply-chat-template")
+    rm_type: Literal[reward_types()] = field(  # type: ignore[valid-type]
+        "deepscaler", description="Built-in reward (--rm-type); deepscaler grades the text after </think>.", flags=("--rm-type",))
+    n_samples_per_prompt: int = field(8, ge=1, le=256, description="Responses sampled per prompt (GRPO group size).", flag="--n-samples-per-prompt")
+    advantage_estimator: Literal[advantage_estimators()] = field(  # type: ignore[valid-type]
+        "grpo", description="Advantage estimator (--advantage-estimator).", flag="--advantage-estimator")
+    num_rollout: int = field(3, ge=1, le=1_000_000, description="Rollout rounds to run (--num-rollout); 3 is a correctness run.", flag="--num-rollout")
+    rollout_batch_size: int = field(32, ge=1, le=65536, description="Prompts per rollout (--rollout-batch-size).", flag="--rollout-batch-size")
+    num_steps_per_rollout: int = field(1, ge=1, le=1024, description="Optimizer steps per rollout (--num-steps-per-rollout).", flag="--num-steps-per-rollout")
     custom_generate_path: str | None = private(
-        description="Importable generate function for my agent (--custom-generate-function-path), e.g. my_pkg.agent.generate.")
+        description="Importable generate function for my agent (--custom-generate-function-path), e.g. my_pkg.agent.generate.", flags=("--custom-generate-function-path",))
     custom_reward_path: str | None = private(
-        description="Importable reward function (--custom-rm-path), e.g. my_pkg.reward.score.")
+        description="Importable reward function (--custom-rm-path), e.g. my_pkg.reward.score.", flags=("--custom-rm-path",))
 
 
 class ModelChoice(_Section):
-    recipe: str = Field("glm4-9b", description="Recipe name in recipes/ (the model).")
+    recipe: str = field("glm4-9b", description="Recipe name in recipes/ (the model).", flags=("--train-backend", "--rollout-backend"))
 
 
 class Install(_Section):
-    image: str = Field("slimerl/slime:0.1.0-cu130-hopper", description="Installation image from docker/images.yaml.")
+    image: str = field("slimerl/slime:0.1.0-cu130-hopper", description="Installation image from docker/images.yaml.", lab_only="the container image the cluster runs; no runtime flag")
 
 
 # --- 2. GPU ownership and scheduling ------------------------------------------------------------
 
 class Placement(_Section):
-    ownership: Literal["colocated", "disaggregated", "external"] = Field(
-        "disaggregated", description="Who owns the rollout GPUs: shared with training, a separate pool, or engines of another deployment.")
-    scheduling: Literal["sync", "async"] = Field(
-        "sync", description="Synchronous (rollout, train, sync) or fully async (generation in flight across updates).")
-    nodes: int = Field(1, ge=1, le=4096, description="Training nodes (--actor-num-nodes).")
-    gpus_per_node: int = Field(8, ge=0, le=64, description="GPUs per node (--actor-num-gpus-per-node, --num-gpus-per-node).")
-    train_gpus: int = Field(4, ge=0, le=262144, description="GPUs of the training pool (N_actor).")
-    rollout_gpus: int = Field(4, ge=0, le=262144, description="GPUs of the rollout pool (--rollout-num-gpus).")
-    engine_gpus: int = Field(2, ge=0, le=1024, description="GPUs per rollout engine (--rollout-num-gpus-per-engine).")
+    ownership: Literal["colocated", "disaggregated", "external"] = field(
+        "disaggregated", description="Who owns the rollout GPUs: shared with training, a separate pool, or engines of another deployment.", flags=("--colocate", "--rollout-num-gpus", "--rollout-external-engine-addrs"))
+    scheduling: Literal["sync", "async"] = field(
+        "sync", description="Synchronous (rollout, train, sync) or fully async (generation in flight across updates).", lab_only="chooses the entry point (train.py or train_async.py), not a flag")
+    nodes: int = field(1, ge=1, le=4096, description="Training nodes (--actor-num-nodes).", flags=("--actor-num-nodes",))
+    gpus_per_node: int = field(8, ge=0, le=64, description="GPUs per node (--actor-num-gpus-per-node, --num-gpus-per-node).", flags=("--actor-num-gpus-per-node", "--num-gpus-per-node"))
+    train_gpus: int = field(4, ge=0, le=262144, description="GPUs of the training pool (N_actor).", flags=("--actor-num-nodes", "--actor-num-gpus-per-node"))
+    rollout_gpus: int = field(4, ge=0, le=262144, description="GPUs of the rollout pool (--rollout-num-gpus).", flags=("--rollout-num-gpus",))
+    engine_gpus: int = field(2, ge=0, le=1024, description="GPUs per rollout engine (--rollout-num-gpus-per-engine).", flags=("--rollout-num-gpus-per-engine",))
     external_engine_addrs: list[str] = private(
-        default_factory=list, description="host:port of each external SGLang engine (--rollout-external-engine-addrs).")
+        default_factory=list, description="host:port of each external SGLang engine (--rollout-external-engine-addrs).", flags=("--rollout-external-engine-addrs",))
 
 
 class Rollout(_Section):
-    partial_rollout: bool = Field(False, description="Keep unfinished generations and continue them later (--partial-rollout).")
-    over_sampling_batch_size: int | None = Field(
-        None, ge=1, description="Prompts submitted per rollout when over-sampling (--over-sampling-batch-size).")
-    queue: bool = Field(False, description="straw: the persistent rollout queue (payloads and state stored durably).")
-    queue_run_id: str = Field("run-001", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="straw run id; a new experiment takes a fresh one.")
-    queue_state_dir: str | None = private(description="Directory where straw keeps queue state and payloads.")
-    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature (--rollout-temperature), > 0.")
-    max_response_len: int = Field(8192, ge=1, le=1_048_576, description="Response-token limit (--rollout-max-response-len).")
+    partial_rollout: bool = field(False, description="Keep unfinished generations and continue them later (--partial-rollout).", flag="--partial-rollout")
+    over_sampling_batch_size: int | None = field(
+        None, ge=1, description="Prompts submitted per rollout when over-sampling (--over-sampling-batch-size).", flag="--over-sampling-batch-size")
+    queue: bool = field(False, description="straw: the persistent rollout queue (payloads and state stored durably).", flags=("--rollout-queue-dir", "--rollout-queue-run-id"))
+    queue_run_id: str = field("run-001", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="straw run id; a new experiment takes a fresh one.", flags=("--rollout-queue-run-id",))
+    queue_state_dir: str | None = private(description="Directory where straw keeps queue state and payloads.", flags=("--rollout-queue-dir",))
+    temperature: float = field(1.0, gt=0, le=10, description="Sampling temperature (--rollout-temperature), > 0.", flag="--rollout-temperature")
+    max_response_len: int = field(8192, ge=1, le=1_048_576, description="Response-token limit (--rollout-max-response-len).", flag="--rollout-max-response-len")
 
 
 # --- 3. Numerical behaviour ---------------------------------------------------------------------
 
 class Precision(_Section):
-    training: Literal["bf16", "fp8"] = Field("bf16", description="Training precision; FP8 training is experimental.")
-    rollout: Literal["bf16", "fp8", "int4"] = Field("bf16", description="Rollout weights; FP8 maintained for large MoE, INT4 beta.")
-    kv_cache_dtype: Literal["auto", "bf16", "fp8_e4m3"] = Field("auto", description="Attention KV-cache dtype (--sglang-kv-cache-dtype).")
-    recurrent_state_dtype: Literal["float32", "bfloat16"] | None = Field(
-        None, description="Recurrent (Mamba/GDN SSM) state dtype of hybrid models (--sglang-mamba-ssm-dtype).")
-    state_kv_ratio: float | None = Field(
-        None, gt=0, le=1, description="Share of cache memory for recurrent state vs attention KV in hybrid models.")
+    training: Literal["bf16", "fp8"] = field("bf16", description="Training precision; FP8 training is experimental.", flags=("--fp8-format", "--fp8-recipe"))
+    rollout: Literal["bf16", "fp8", "int4"] = field("bf16", description="Rollout weights; FP8 maintained for large MoE, INT4 beta.", flags=("--hf-checkpoint",))
+    kv_cache_dtype: Literal["auto", "bf16", "fp8_e4m3"] = field("auto", description="Attention KV-cache dtype (--sglang-kv-cache-dtype).", flags=("--sglang-kv-cache-dtype",))
+    recurrent_state_dtype: Literal["float32", "bfloat16"] | None = field(
+        None, description="Recurrent (Mamba/GDN SSM) state dtype of hybrid models (--sglang-mamba-ssm-dtype).", flags=("--sglang-mamba-ssm-dtype",))
+    state_kv_ratio: float | None = field(
+        None, gt=0, le=1, description="Share of cache memory for recurrent state vs attention KV in hybrid models.", flags=("--sglang-mamba-full-memory-ratio",))
 
 
 class Corrections(_Section):
-    tis: bool = Field(False, description="Truncated importance sampling: clip the train/rollout ratio (--use-tis).")
-    tis_clip: float = Field(2.0, gt=0, le=100, description="Upper clip of the TIS weight (--tis-clip).")
-    icepop: bool = Field(False, description="IcePop: mask tokens whose ratio is outside [low, high].")
-    icepop_low: float = Field(0.5, gt=0, le=1, description="IcePop lower ratio bound.")
-    icepop_high: float = Field(2.0, ge=1, le=100, description="IcePop upper ratio bound.")
-    r3: bool = Field(False, description="R3: replay the rollout's MoE routes in training (--use-rollout-routing-replay).")
-    sc: bool = Field(False, description="SC: score centering with REINFORCE.")
-    deterministic: bool = Field(False, description="Deterministic execution on each engine (not cross-engine equality).")
+    tis: bool = field(False, description="Truncated importance sampling: clip the train/rollout ratio (--use-tis).", flag="--use-tis")
+    tis_clip: float = field(2.0, gt=0, le=100, description="Upper clip of the TIS weight (--tis-clip).", flags=("--tis-clip",))
+    icepop: bool = field(False, description="IcePop: mask tokens whose ratio is outside [low, high].", flag="--use-icepop")
+    icepop_low: float = field(0.5, gt=0, le=1, description="IcePop lower ratio bound.", flags=("--icepop-low",))
+    icepop_high: float = field(2.0, ge=1, le=100, description="IcePop upper ratio bound.", flags=("--icepop-high",))
+    r3: bool = field(False, description="R3: replay the rollout's MoE routes in training (--use-rollout-routing-replay).", flags=("--use-rollout-routing-replay", "--sglang-enable-return-routed-experts"))
+    sc: bool = field(False, description="SC: score centering with REINFORCE.", flag="--use-sc")
+    deterministic: bool = field(False, description="Deterministic execution on each engine (not cross-engine equality).", flags=("--sglang-enable-deterministic-inference",))
 
 
 # --- 4. Serving ---------------------------------------------------------------------------------
 
 class PD(_Section):
-    enabled: bool = Field(False, description="Prefill/decode disaggregation with Mooncake KV transfer.")
-    prefill_engines: int = Field(1, ge=0, le=4096, description="Engines in the prefill group.")
-    decode_engines: int = Field(1, ge=0, le=4096, description="Engines in the decode group.")
+    enabled: bool = field(False, description="Prefill/decode disaggregation with Mooncake KV transfer.", flags=("--sglang-config",))
+    prefill_engines: int = field(1, ge=0, le=4096, description="Engines in the prefill group.", flags=("--sglang-config",))
+    decode_engines: int = field(1, ge=0, le=4096, description="Engines in the decode group.", flags=("--sglang-config",))
     rdma_devices: list[str] = private(
-        default_factory=list, description="RDMA (InfiniBand) device names for Mooncake, e.g. mlx5_0; from your environment.")
+        default_factory=list, description="RDMA (InfiniBand) device names for Mooncake, e.g. mlx5_0; from your environment.", flags=("--sglang-disaggregation-ib-device",))
 
 
 class HiCache(_Section):
-    enabled: bool = Field(False, description="Hierarchical KV cache spilling reusable prefixes to host memory.")
-    host_memory_gb: int = Field(64, ge=1, le=8192, description="Host-memory budget per engine for HiCache, GB.")
+    enabled: bool = field(False, description="Hierarchical KV cache spilling reusable prefixes to host memory.", flags=("--sglang-enable-hierarchical-cache", "--sglang-config"))
+    host_memory_gb: int = field(64, ge=1, le=8192, description="Host-memory budget per engine for HiCache, GB.", flags=("--sglang-hicache-size", "--sglang-config"))
 
 
 class EagleChoice(_Section):
-    enabled: bool = Field(False, description="Speculative decoding with EAGLE.")
-    head: Literal["mtp", "separate"] = Field("mtp", description="The checkpoint's MTP head, or a separate EAGLE head.")
-    draft_head_path: str | None = private(description="Path of the separate EAGLE draft head checkpoint.")
-    steps: int = Field(3, ge=1, le=16, description="Draft depth: speculative steps per verification.")
-    topk: int = Field(1, ge=1, le=16, description="Draft top-k.")
-    draft_tokens: int = Field(4, ge=1, le=64, description="Draft tokens per step.")
+    enabled: bool = field(False, description="Speculative decoding with EAGLE.", flags=("--sglang-speculative-algorithm", "--sglang-config"))
+    head: Literal["mtp", "separate"] = field("mtp", description="The checkpoint's MTP head, or a separate EAGLE head.", flags=("--sglang-speculative-draft-model-path",))
+    draft_head_path: str | None = private(description="Path of the separate EAGLE draft head checkpoint.", flags=("--sglang-speculative-draft-model-path",))
+    steps: int = field(3, ge=1, le=16, description="Draft depth: speculative steps per verification.", flags=("--sglang-speculative-num-steps", "--sglang-config"))
+    topk: int = field(1, ge=1, le=16, description="Draft top-k.", flags=("--sglang-speculative-eagle-topk", "--sglang-config"))
+    draft_tokens: int = field(4, ge=1, le=64, description="Draft tokens per step.", flags=("--sglang-speculative-num-draft-tokens", "--sglang-config"))
 
 
 class Serving(_Section):
     pd: PD = Field(default_factory=PD, description="Prefill/decode disaggregation.")
     hicache: HiCache = Field(default_factory=HiCache, description="HiCache.")
     eagle: EagleChoice = Field(default_factory=EagleChoice, description="EAGLE speculative decoding.")
-    concurrency: int = Field(512, ge=1, le=65536, description="Concurrent requests per engine (--sglang-server-concurrency).")
-    mem_fraction_static: float = Field(0.8, gt=0, lt=1, description="--sglang-mem-fraction-static.")
+    concurrency: int = field(512, ge=1, le=65536, description="Concurrent requests per engine (--sglang-server-concurrency).", flags=("--sglang-server-concurrency",))
+    mem_fraction_static: float = field(0.8, gt=0, lt=1, description="--sglang-mem-fraction-static.", flags=("--sglang-mem-fraction-static",))
 
 
 # --- Resources, paths, evaluation ---------------------------------------------------------------
 
 class Resources(_Section):
-    tp: int = Field(2, ge=1, le=1024, description="Tensor parallel size.")
-    pp: int = Field(1, ge=1, le=1024, description="Pipeline parallel size.")
-    cp: int = Field(2, ge=1, le=1024, description="Context parallel size.")
-    ep: int = Field(1, ge=1, le=4096, description="Expert parallel size.")
-    pp_first_stage_layers: int | None = Field(None, ge=1, description="Layers on the first pipeline stage.")
-    pp_last_stage_layers: int | None = Field(None, ge=1, description="Layers on the last pipeline stage.")
-    cpu_adam: bool = Field(False, description="Optimizer states and step on the CPU (--optimizer-cpu-offload).")
-    recompute: Literal["none", "selective", "full"] = Field("full", description="Activation recomputation.")
-    max_tokens_per_gpu: int = Field(4608, ge=128, le=1_048_576, description="Token budget per GPU for dynamic batching.")
+    tp: int = field(2, ge=1, le=1024, description="Tensor parallel size.", flags=("--tensor-model-parallel-size", "--sequence-parallel"))
+    pp: int = field(1, ge=1, le=1024, description="Pipeline parallel size.", flags=("--pipeline-model-parallel-size",))
+    cp: int = field(2, ge=1, le=1024, description="Context parallel size.", flags=("--context-parallel-size",))
+    ep: int = field(1, ge=1, le=4096, description="Expert parallel size.", flags=("--expert-model-parallel-size",))
+    pp_first_stage_layers: int | None = field(None, ge=1, description="Layers on the first pipeline stage.", flags=("--decoder-first-pipeline-num-layers",))
+    pp_last_stage_layers: int | None = field(None, ge=1, description="Layers on the last pipeline stage.", flags=("--decoder-last-pipeline-num-layers",))
+    cpu_adam: bool = field(False, description="Optimizer states and step on the CPU (--optimizer-cpu-offload).", flags=("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--use-precision-aware-optimizer"))
+    recompute: Literal["none", "selective", "full"] = field("full", description="Activation recomputation.", flags=("--recompute-granularity", "--recompute-method", "--recompute-num-layers"))
+    max_tokens_per_gpu: int = field(4608, ge=128, le=1_048_576, description="Token budget per GPU for dynamic batching.", flag="--max-tokens-per-gpu")
 
 
 class Paths(_Section):
-    hf_checkpoint: str = private("/data/models/model", description="Hugging Face checkpoint directory (BF16).")
-    fp8_source: str | None = private(None, description="Directory for FP8-published source weights before BF16 conversion.")
-    serving_checkpoint: str | None = private(None, description="Quantized HF checkpoint the engines serve (FP8/INT4 rollout).")
-    ref_load: str = private("/data/ckpt/model_torch_dist", description="Reshardable training checkpoint (--ref-load).")
-    prompt_data: str = private("/data/dapo-math-17k/dapo-math-17k.jsonl", description="Training prompts, JSONL or parquet.")
-    save: str = private("/data/ckpt/run-001", description="Checkpoint directory (--save).")
-    load: str | None = private(None, description="Checkpoint to resume from (--load); set it to resume.")
-    output_dir: str = private("/data/runs/run-001", description="Run outputs: metrics.jsonl, logs.")
-    save_interval: int = Field(20, ge=1, le=1_000_000, description="Rollouts between checkpoints (--save-interval).")
+    hf_checkpoint: str = private("/data/models/model", description="Hugging Face checkpoint directory (BF16).", flags=("--hf-checkpoint",))
+    fp8_source: str | None = private(None, description="Directory for FP8-published source weights before BF16 conversion.", lab_only="input of the BF16 conversion in prepare; the run reads --hf-checkpoint")
+    serving_checkpoint: str | None = private(None, description="Quantized HF checkpoint the engines serve (FP8/INT4 rollout).", flags=("--hf-checkpoint",))
+    ref_load: str = private("/data/ckpt/model_torch_dist", description="Reshardable training checkpoint (--ref-load).", flags=("--ref-load",))
+    prompt_data: str = private("/data/dapo-math-17k/dapo-math-17k.jsonl", description="Training prompts, JSONL or parquet.", flags=("--prompt-data",))
+    save: str = private("/data/ckpt/run-001", description="Checkpoint directory (--save).", flags=("--save",))
+    load: str | None = private(None, description="Checkpoint to resume from (--load); set it to resume.", flags=("--load",))
+    output_dir: str = private("/data/runs/run-001", description="Run outputs: metrics.jsonl, logs.", flags=("--output-dir",))
+    save_interval: int = field(20, ge=1, le=1_000_000, description="Rollouts between checkpoints (--save-interval).", flag="--save-interval")
 
 
 class Evaluation(_Section):
-    enabled: bool = Field(False, description="Held-out evaluation during training.")
-    name: str = Field("aime", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="Eval data set name; logged as eval/<name>.")
-    data_path: str = private("/data/aime-2024/aime-2024.jsonl", description="Held-out data set path.")
-    interval: int = Field(20, ge=1, le=1_000_000, description="Rollouts between evaluations (--eval-interval).")
-    n_samples: int = Field(8, ge=1, le=256, description="Samples per eval prompt (--n-samples-per-eval-prompt).")
+    enabled: bool = field(False, description="Held-out evaluation during training.", flags=("--eval-interval", "--eval-prompt-data", "--n-samples-per-eval-prompt"))
+    name: str = field("aime", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="Eval data set name; logged as eval/<name>.", flags=("--eval-prompt-data",))
+    data_path: str = private("/data/aime-2024/aime-2024.jsonl", description="Held-out data set path.", flags=("--eval-prompt-data",))
+    interval: int = field(20, ge=1, le=1_000_000, description="Rollouts between evaluations (--eval-interval).", flags=("--eval-interval",))
+    n_samples: int = field(8, ge=1, le=256, description="Samples per eval prompt (--n-samples-per-eval-prompt).", flags=("--n-samples-per-eval-prompt",))
+
+
+class Advanced(_Section):
+    extra_flags: str = private(
+        "", flags=("--*",),
+        description="Additional runtime flags no control covers, as shell words (e.g. --eps-clip 0.3); the runtime's "
+                    "parser checks them as you type.")
+
+
+EXTRA_FLAGS_PATH = "advanced.extra_flags"
 
 
 class Experiment(_Section):
@@ -194,6 +236,7 @@ class Experiment(_Section):
     resources: Resources = Field(default_factory=Resources, description="Parallelism and memory switches.")
     paths: Paths = Field(default_factory=Paths, description="Paths on the cluster.")
     evaluation: Evaluation = Field(default_factory=Evaluation, description="Held-out evaluation.")
+    advanced: Advanced = Field(default_factory=Advanced, description="Additional runtime flags.")
 
     @field_validator("*", mode="before")
     @classmethod
@@ -221,6 +264,32 @@ def is_private(info: Any) -> bool:
 
 
 PRIVATE_FIELDS: frozenset[str] = frozenset(p for p, info in iter_field_paths() if is_private(info))
+
+
+def _schema_extra(info: Any) -> dict[str, Any]:
+    extra = info.json_schema_extra
+    return extra if isinstance(extra, dict) else {}
+
+
+# path -> the one flag a simple field renders as (generic: `--flag value`, a bool a switch).
+SIMPLE_FLAG: dict[str, str] = {p: _schema_extra(i)[_FLAG_KEY] for p, i in iter_field_paths() if _FLAG_KEY in _schema_extra(i)}
+# path -> every runtime flag the field shapes (the simple flag, or a structural field's flags).
+FIELD_FLAGS: dict[str, tuple[str, ...]] = {
+    p: tuple(([_schema_extra(i)[_FLAG_KEY]] if _FLAG_KEY in _schema_extra(i) else []) + _schema_extra(i).get(_FLAGS_KEY, []))
+    for p, i in iter_field_paths()}
+# path -> why the field becomes no runtime flag.
+LAB_ONLY: dict[str, str] = {p: _schema_extra(i)[_LAB_ONLY_KEY] for p, i in iter_field_paths() if _LAB_ONLY_KEY in _schema_extra(i)}
+
+
+_FIELDS_OF_FLAG: dict[str, list[str]] = {}
+for _path, _flags in FIELD_FLAGS.items():
+    for _flag in _flags:
+        _FIELDS_OF_FLAG.setdefault(_flag, []).append(_path)
+
+
+def fields_of_flag(flag: str) -> list[str]:
+    """The fields that shape `flag`, in field order (empty when no control owns it)."""
+    return list(_FIELDS_OF_FLAG.get(flag, ()))
 LEAF_FIELDS: frozenset[str] = frozenset(p for p, _ in iter_field_paths())
 
 

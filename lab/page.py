@@ -128,7 +128,8 @@ def render_page() -> str:
             return recipes[value]
         if path == "install.image":
             return images[value]
-        return en["fields"][path]["options"][value]
+        # A choice the runtime's registry gained since the locale was written shows its own name.
+        return en["fields"][path].get("options", {}).get(value, value)
 
     from lab.doc_links import SEE, WHY, WHY_EXTRA
     from lab.load_json import MAX_BYTES

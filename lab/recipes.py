@@ -13,6 +13,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from lab.runtime_choices import reward_types
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPES_DIR = REPO_ROOT / "recipes"
 
@@ -109,7 +111,7 @@ class Recipe(_Strict):
     rollout_batch_size: int
     n_samples_per_prompt: int = 8
     max_response_len: int
-    rm_type: Literal["deepscaler", "math", "dapo", "f1"] | None = Field(
+    rm_type: Literal[reward_types()] | None = Field(  # type: ignore[valid-type]
         None, description="Built-in reward the recipe needs (copied into task.rm_type); null keeps the experiment's choice.")
     conversion: Conversion
     extra_dependencies: list[str] = Field(default_factory=list)

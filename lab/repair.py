@@ -211,30 +211,36 @@ def _async_steps(exp: Experiment, d: Derived) -> list[Proposal]:
     return [("async_one_step", {}, "One optimizer step per rollout", values)]
 
 
-def _async_backlog(exp: Experiment, d: Derived) -> list[Proposal]:
-    per = max(1, 2 * d.samples_per_rollout // max(d.engines, 1))
-    if per >= exp.serving.concurrency:
-        return []
-    return [("async_concurrency", {"n": per}, f"Concurrency {per} per engine (about 2 × the samples of one rollout)",
-             {"serving.concurrency": per})]
-
-
 _PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
     "SGL-4": _pd,
     "RES-4": _idle,
     "RES-2": _nodes,
     "PAR-1": _parallel,
     "PAR-2": _parallel,
-    "COL-1": _colocated_async,
     "LAB-ASY-STEPS": _async_steps,
-    "ASY-3": _async_backlog,
     "ASY-1": lambda e, d: [("tis", {}, "Turn on TIS", {"corrections.tis": True})],
     "PRC-5": lambda e, d: [("tis", {}, "Turn on TIS", {"corrections.tis": True})],
-    "BAT-3": lambda e, d: [("one_step", {}, "One optimizer step per rollout", {"task.num_steps_per_rollout": 1})],
-    "BAT-6": lambda e, d: [("eight_samples", {}, "Eight samples per prompt", {"task.n_samples_per_prompt": 8})],
-    "EVL-2": lambda e, d: [("eval_off", {}, "Turn in-run evaluation off (schedule a separate eval job)", {"evaluation.enabled": False})],
     "LAB-HYB-1": lambda e, d: [("state_fp32", {}, "Keep the recurrent state in float32", {"precision.recurrent_state_dtype": "float32"})],
 }
+
+# The runtime's refusals (lab.runtime_verdict) that have a mechanical repair, by a phrase of the
+# runtime's own reason (the rule itself stays in slime/args.py). Repair ids keep the rule's name.
+_RUNTIME_PROPOSERS: list[tuple[str, str, Callable[[Experiment, Derived], list[Proposal]]]] = [
+    ("train_async.py keeps generation in flight", "COL-1", _colocated_async),
+    ("samples would be dropped", "BAT-3",
+     lambda e, d: [("one_step", {}, "One optimizer step per rollout", {"task.num_steps_per_rollout": 1})]),
+    ("gives every sample advantage 0", "BAT-6",
+     lambda e, d: [("eight_samples", {}, "Eight samples per prompt", {"task.n_samples_per_prompt": 8})]),
+]
+
+
+def _proposer(finding: Finding) -> tuple[str, Callable[[Experiment, Derived], list[Proposal]] | None]:
+    if finding.id != "RUNTIME":
+        return finding.id, _PROPOSERS.get(finding.id)
+    for phrase, rule, proposer in _RUNTIME_PROPOSERS:
+        if phrase in finding.message:
+            return rule, proposer
+    return finding.id, None
 
 
 # --- what a repair leaves to the user ---------------------------------------------------------------
@@ -278,11 +284,11 @@ def propose_repairs(exp: Experiment) -> list[Repair]:
     seen_ids: set[str] = set()
     seen_values: set[str] = set()
     for finding in findings:
-        proposer = _PROPOSERS.get(finding.id)
+        rule, proposer = _proposer(finding)
         if proposer is None:
             continue
         for kind, params, title, values in proposer(exp, d):
-            rid = f"{finding.id}:{kind}"
+            rid = f"{rule}:{kind}"
             key = repr(sorted(values.items()))
             if rid in seen_ids or key in seen_values or NEVER_PROPOSED & set(values):
                 continue

@@ -351,4 +351,7 @@ def validate(exp: Experiment) -> list[Finding]:
     found: list[Finding] = []
     for check in CHECKS:
         found.extend(check(exp, recipe, spec, d))
+    from lab.runtime_verdict import runtime_findings
+
+    found.extend(runtime_findings(exp))  # the runtime's own verdict on the flags experiment.sh passes
     return sorted(found, key=lambda f: order[f.level])

@@ -39,30 +39,7 @@ def build_context(exp: Experiment, findings: list[Any], derived: Any, prov: dict
     yaml_groups = ctx.sglang_groups(exp, recipe, n_actor) if with_yaml else []
     sglang_yaml = template("sglang.yaml.j2").render(
         groups=yaml_groups, yaml_value=ctx.yaml_value, recipe=recipe, commit=commit_label(prov)) if with_yaml else ""
-    p = exp.paths
-    fp8_dir = p.fp8_source or (f"{p.hf_checkpoint.rstrip('/')}-fp8-source" if recipe.conversion.fp8_source else "")
-    serving_dir = p.serving_checkpoint or (
-        f"{p.hf_checkpoint.rstrip('/')}-{exp.precision.rollout}" if exp.precision.rollout in ("fp8", "int4") else "")
-    scalars = [
-        ("HF_REPO", recipe.hf_repo or "", "Hugging Face repository of the weights"),
-        ("HF_CHECKPOINT", p.hf_checkpoint, "BF16 Hugging Face checkpoint (tokenizer, config.json, weights)"),
-        ("FP8_SOURCE", fp8_dir, "FP8-published source weights before BF16 conversion"),
-        ("SERVING_CHECKPOINT", serving_dir, "quantized checkpoint the engines serve (FP8/INT4 rollout)"),
-        ("REF_LOAD", p.ref_load, "reshardable torch_dist checkpoint (--ref-load), written by convert"),
-        ("PROMPT_DATA", p.prompt_data, "training prompts (JSONL or parquet)"),
-        ("EVAL_DATA", exp.evaluation.data_path, "held-out data set"),
-        ("SAVE_DIR", p.save, "checkpoint directory (--save)"),
-        ("LOAD_DIR", p.load or "", "checkpoint to resume from (--load); empty: a fresh run"),
-        ("OUTPUT_DIR", p.output_dir, "run outputs: metrics.jsonl, logs"),
-        ("CUSTOM_GENERATE_PATH", exp.task.custom_generate_path or "", "generate hook (module.function)"),
-        ("CUSTOM_RM_PATH", exp.task.custom_reward_path or "", "reward hook (module.function)"),
-        ("DRAFT_HEAD_PATH", exp.serving.eagle.draft_head_path or "", "separate EAGLE draft head"),
-        ("QUEUE_STATE_DIR", exp.rollout.queue_state_dir or "", "straw queue state directory"),
-    ]
-    arrays = [
-        ("EXTERNAL_ENGINE_ADDRS", list(exp.placement.external_engine_addrs), "external SGLang engines, host:port"),
-        ("RDMA_DEVICES", list(exp.serving.pd.rdma_devices), "RDMA (InfiniBand) devices for Mooncake"),
-    ]
+    scalars, arrays = ctx.shell_variables(exp, recipe)
     fp8_source = recipe.conversion.fp8_source
     serving_format = exp.precision.rollout if exp.precision.rollout in ("fp8", "int4") else None
     errors = [f for f in findings if f.level == "error"]

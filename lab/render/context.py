@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from lab.experiment import Experiment
+from lab.experiment import SIMPLE_FLAG, Experiment, get_path
 from lab.recipes import REPO_ROOT, Recipe
 from lab.render.env import Var
 
@@ -33,6 +33,35 @@ TINY_TRAIN_ARGS = "tools/tiny/TRAIN_ARGS.yaml"
 TINY_TUNED = ("--cpus-per-bundle", "--micro-batch-size", "--lr", "--clip-grad", "--update-weight-transport",
               "--update-weight-disk-dir", "--eval-temperature")
 _TINY_PLACEHOLDERS = {"${OUTPUT_DIR}": "OUTPUT_DIR", "${MODEL_DIR}": "HF_CHECKPOINT", "${REF_DIR}": "REF_LOAD"}
+
+
+def shell_variables(exp: Experiment, recipe: Recipe) -> tuple[list[tuple[str, Any, str]], list[tuple[str, list[str], str]]]:
+    """The variables block of experiment.sh: (scalars, arrays) as (NAME, value, comment)."""
+    p = exp.paths
+    fp8_dir = p.fp8_source or (f"{p.hf_checkpoint.rstrip('/')}-fp8-source" if recipe.conversion.fp8_source else "")
+    serving_dir = p.serving_checkpoint or (
+        f"{p.hf_checkpoint.rstrip('/')}-{exp.precision.rollout}" if exp.precision.rollout in ("fp8", "int4") else "")
+    scalars = [
+        ("HF_REPO", recipe.hf_repo or "", "Hugging Face repository of the weights"),
+        ("HF_CHECKPOINT", p.hf_checkpoint, "BF16 Hugging Face checkpoint (tokenizer, config.json, weights)"),
+        ("FP8_SOURCE", fp8_dir, "FP8-published source weights before BF16 conversion"),
+        ("SERVING_CHECKPOINT", serving_dir, "quantized checkpoint the engines serve (FP8/INT4 rollout)"),
+        ("REF_LOAD", p.ref_load, "reshardable torch_dist checkpoint (--ref-load), written by convert"),
+        ("PROMPT_DATA", p.prompt_data, "training prompts (JSONL or parquet)"),
+        ("EVAL_DATA", exp.evaluation.data_path, "held-out data set"),
+        ("SAVE_DIR", p.save, "checkpoint directory (--save)"),
+        ("LOAD_DIR", p.load or "", "checkpoint to resume from (--load); empty: a fresh run"),
+        ("OUTPUT_DIR", p.output_dir, "run outputs: metrics.jsonl, logs"),
+        ("CUSTOM_GENERATE_PATH", exp.task.custom_generate_path or "", "generate hook (module.function)"),
+        ("CUSTOM_RM_PATH", exp.task.custom_reward_path or "", "reward hook (module.function)"),
+        ("DRAFT_HEAD_PATH", exp.serving.eagle.draft_head_path or "", "separate EAGLE draft head"),
+        ("QUEUE_STATE_DIR", exp.rollout.queue_state_dir or "", "straw queue state directory"),
+    ]
+    arrays = [
+        ("EXTERNAL_ENGINE_ADDRS", list(exp.placement.external_engine_addrs), "external SGLang engines, host:port"),
+        ("RDMA_DEVICES", list(exp.serving.pd.rdma_devices), "RDMA (InfiniBand) devices for Mooncake"),
+    ]
+    return scalars, arrays
 
 
 def _tiny_cache_key() -> tuple[str, int]:
@@ -76,6 +105,29 @@ class FlagGroup:
 
     def add(self, *tokens: Any) -> None:
         self.lines.append(list(tokens))
+
+
+def declared_line(exp: Experiment, path: str, data: dict[str, Any] | None = None) -> list[Any] | None:
+    """`--flag value` of a simple field, from its declaration in lab/experiment.py.
+
+    A bool is a switch (present when true), None leaves the flag out, a float gets its short spelling.
+    """
+    value = get_path(data if data is not None else exp.model_dump(), path)
+    flag = SIMPLE_FLAG[path]
+    if value is None or value is False:
+        return None
+    if value is True:
+        return [flag]
+    if isinstance(value, float):
+        return [flag, _fmt_num(value)]
+    return [flag, value]
+
+
+def _declared(g: "FlagGroup", exp: Experiment, data: dict[str, Any], *paths: str) -> None:
+    for path in paths:
+        line = declared_line(exp, path, data)
+        if line:
+            g.lines.append(line)
 
 
 def _fmt_num(x: float) -> str:
@@ -223,6 +275,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     tiny = recipe.backends.train == "embedded"
     megatron = recipe.backends.train == "megatron"
     groups: list[FlagGroup] = []
+    data = exp.model_dump()
 
     g = FlagGroup("Cluster: training and rollout GPUs")
     nodes, per_node = actor_layout(exp, tiny)
@@ -249,43 +302,33 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     if exp.paths.load:
         g.add("--load", Var("LOAD_DIR"))
     g.add("--save", Var("SAVE_DIR"))
-    g.add("--save-interval", exp.paths.save_interval)
+    _declared(g, exp, data, "paths.save_interval")
     g.add("--output-dir", Var("OUTPUT_DIR"))
     groups.append(g)
 
     g = FlagGroup("Data")
     g.add("--prompt-data", Var("PROMPT_DATA"))
-    g.add("--input-key", t.input_key)
-    g.add("--label-key", t.label_key)
-    if t.apply_chat_template:
-        g.add("--apply-chat-template")
+    _declared(g, exp, data, "task.input_key", "task.label_key", "task.apply_chat_template")
     g.add("--rollout-shuffle")
     groups.append(g)
 
     g = FlagGroup("Rollout: run length, batch, sampling, reward")
-    g.add("--num-rollout", t.num_rollout)
-    g.add("--rollout-batch-size", t.rollout_batch_size)
-    g.add("--n-samples-per-prompt", t.n_samples_per_prompt)
-    g.add("--num-steps-per-rollout", t.num_steps_per_rollout)
-    g.add("--rollout-max-response-len", ro.max_response_len)
-    g.add("--rollout-temperature", _fmt_num(ro.temperature))
+    _declared(g, exp, data, "task.num_rollout", "task.rollout_batch_size", "task.n_samples_per_prompt",
+              "task.num_steps_per_rollout", "rollout.max_response_len", "rollout.temperature")
     if t.custom_reward_path:
         g.add("--custom-rm-path", Var("CUSTOM_RM_PATH"))
     else:
         g.add("--rm-type", t.rm_type)
     if t.custom_generate_path:
         g.add("--custom-generate-function-path", Var("CUSTOM_GENERATE_PATH"))
-    if ro.over_sampling_batch_size:
-        g.add("--over-sampling-batch-size", ro.over_sampling_batch_size)
-    if ro.partial_rollout:
-        g.add("--partial-rollout")
+    _declared(g, exp, data, "rollout.over_sampling_batch_size", "rollout.partial_rollout")
     if ro.queue:
         g.add("--rollout-queue-dir", Var("QUEUE_STATE_DIR"))
         g.add("--rollout-queue-run-id", ro.queue_run_id)
     groups.append(g)
 
     g = FlagGroup("Algorithm, loss and optimizer")
-    g.add("--advantage-estimator", t.advantage_estimator)
+    _declared(g, exp, data, "task.advantage_estimator")
     g.add("--eps-clip", "0.2")
     g.add("--eps-clip-high", "0.28")
     g.add("--use-kl-loss")
@@ -293,7 +336,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     g.add("--kl-loss-type", "low_var_kl")
     g.add("--entropy-coef", "0")
     g.add("--use-dynamic-batch-size")
-    g.add("--max-tokens-per-gpu", r.max_tokens_per_gpu)
+    _declared(g, exp, data, "resources.max_tokens_per_gpu")
     g.add("--lr", "1e-6")
     if megatron:
         g.add("--optimizer", "adam")
@@ -304,15 +347,16 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     groups.append(g)
 
     g = FlagGroup("Train/rollout mismatch corrections")
+    _declared(g, exp, data, "corrections.tis")
     if c.tis:
-        g.add("--use-tis")
         g.add("--tis-clip", _fmt_num(c.tis_clip))
+    _declared(g, exp, data, "corrections.icepop")
     if c.icepop:
-        g.add("--use-icepop")
         g.add("--icepop-low", _fmt_num(c.icepop_low))
         g.add("--icepop-high", _fmt_num(c.icepop_high))
     if c.r3:
         g.add("--use-rollout-routing-replay")
+    _declared(g, exp, data, "corrections.sc")
     if g.lines:
         groups.append(g)
 
@@ -376,7 +420,22 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
         g = FlagGroup(f"Recipe {recipe.name}: its own tuned flags")
         g.lines.extend(_split_flag_lines(recipe.train_args))
         groups.append(g)
+    extra = extra_flag_tokens(exp)
+    if extra:
+        g = FlagGroup("Additional runtime flags (advanced.extra_flags)")
+        g.lines.extend(_split_flag_lines(extra))
+        groups.append(g)
     return groups
+
+
+def extra_flag_tokens(exp: Experiment) -> list[str]:
+    """advanced.extra_flags as shell words; unreadable text (an open quote) gives none and a finding."""
+    import shlex
+
+    try:
+        return shlex.split(exp.advanced.extra_flags)
+    except ValueError:
+        return []
 
 
 def _split_flag_lines(tokens: list[str]) -> list[list[Any]]:

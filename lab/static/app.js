@@ -149,6 +149,7 @@ function draw(v) {
   if (changed("folded", v.folded)) drawFolded(v.folded || []);
   if (changed("findings", v.findings)) drawFindings(v.findings);
   if (changed("layout", v.layout)) drawLayout(v.layout);
+  if (changed("plan", v.placement_plan)) drawPlan(v.placement_plan || []);
   if (changed("derived", v.derived)) drawDerived(v.derived);
   if (changed("memory", v.memory)) drawMemory(v.memory);
   if (changed("commands", v.commands)) drawCommands(v.commands);
@@ -173,6 +174,14 @@ function draw(v) {
 function drawFolded(paths) {
   const folded = new Set(paths);
   for (const wrap of $$("[data-field-wrap]")) wrap.hidden = folded.has(wrap.dataset.fieldWrap);
+}
+
+// The runtime's Ray placement plan, the same lines `experiment.sh check` prints.
+function drawPlan(plan) {
+  const names = { trainer: "trainer rank", engine: "rollout engine", prefill: "prefill engine",
+                  decode: "decode engine", router: "router", external: "external engine" };
+  $("#placement-plan").textContent = plan.map((s) =>
+    `${(s.role === "router" ? names.router : `${names[s.role]} ${s.index}`).padEnd(20)} ${s.where}`).join("\n");
 }
 
 function valueToControl(el, v) {
@@ -404,7 +413,8 @@ function bindEvents() {
       setStatus("status_error");
       return;
     }
-    const ok = await send({ type: "load_json", text: await file.text() }, prefix);
+    const type = file.name.endsWith(".sh") ? "import_script" : "load_json"; // a launch script opens as B vs its recipe as A
+    const ok = await send({ type, text: await file.text() }, prefix);
     if (ok) toast(tr("loaded_json"));
   });
   document.addEventListener("click", async (ev) => {

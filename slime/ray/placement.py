@@ -115,3 +115,77 @@ def create_pools(c: ClusterConfig, timeout_s: float = 60.0) -> tuple[Pool, Pool]
             raise RuntimeError(f"placement group {p.plan.name} ({p.plan.bundles}) not ready after {timeout_s} s: "
                                f"resources are held by other jobs?")
     return pools[0], pools[1]
+
+
+# -- the placement plan: who sits on which node and GPU, before anything is reserved ---------------
+
+@dataclass(frozen=True)
+class Slot:
+    """One actor of the run and where the pools put it."""
+
+    role: str  # trainer | engine | prefill | decode | router | external
+    index: int
+    node: int | None  # None: outside Ray's GPUs (external engines) or any node (CPU-only router)
+    gpus: tuple[int, ...]  # GPU indices on `node` (a wide engine: on its first node)
+    nodes: tuple[int, ...] = ()  # every node an engine wider than one node spans
+    address: str = ""  # external engines: host:port
+
+    def where(self) -> str:
+        if self.role == "external":
+            return f"outside Ray, {self.address}"
+        if self.node is None:
+            return "CPU actor, no GPU (Ray picks the node)"
+        if not self.gpus:
+            return f"node {self.node}, CPU bundle"
+        gpus = ",".join(str(g) for g in self.gpus)
+        span = f" (spans nodes {','.join(str(n) for n in self.nodes)})" if len(self.nodes) > 1 else ""
+        return f"node {self.node} GPU {gpus}{span}"
+
+
+def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[str] | None = None) -> list[Slot]:
+    """Where each trainer rank, rollout engine, the router and external engines go.
+
+    Models how create_pools() asks Ray: the training pool's bundles (one GPU each) are packed onto
+    the nodes first, then the rollout pool's (one bundle of E GPUs per engine, whole on one node;
+    an engine wider than a node takes whole nodes); colocated engines share the trainers' GPUs.
+    `engine_roles` names each engine's group (prefill / decode under PD); default "engine".
+    """
+    gpn = max(c.num_gpus_per_node, 1)
+    slots: list[Slot] = []
+    n_train = c.num_trainer_ranks
+    for rank in range(n_train):
+        node, gpu = divmod(rank, gpn)
+        slots.append(Slot("trainer", rank, node if use_gpu else 0, (gpu,) if use_gpu else ()))
+    if c.external:
+        for i, addr in enumerate(c.external_engine_addrs or []):
+            slots.append(Slot("external", i, None, (), (), addr))
+    else:
+        e = c.rollout_num_gpus_per_engine
+        roles = list(engine_roles or [])
+        cursor = 0 if c.colocate else n_train  # the next free GPU, counted across nodes
+        for i in range(c.num_engines):
+            role = roles[i] if i < len(roles) else "engine"
+            if not use_gpu:
+                slots.append(Slot(role, i, 0, ()))
+                continue
+            if e <= gpn:
+                node, first = divmod(cursor, gpn)
+                if first + e > gpn:  # a bundle is whole on one node: skip to the next
+                    node, first = node + 1, 0
+                slots.append(Slot(role, i, node, tuple(range(first, first + e)), (node,)))
+                cursor = node * gpn + first + e
+            else:
+                node = -(-cursor // gpn)  # wide engines take whole nodes
+                span = -(-e // gpn)
+                slots.append(Slot(role, i, node, tuple(range(gpn)), tuple(range(node, node + span))))
+                cursor = (node + span) * gpn
+    slots.append(Slot("router", 0, None, ()))
+    return slots
+
+
+def format_plan(slots: list[Slot]) -> list[str]:
+    """One line per actor, e.g. `trainer rank 3   node 0 GPU 3`."""
+    names = {"trainer": "trainer rank", "engine": "rollout engine", "prefill": "prefill engine",
+             "decode": "decode engine", "router": "router", "external": "external engine"}
+    return [f"{names[s.role] + ' ' + str(s.index) if s.role != 'router' else 'router':<20} {s.where()}"
+            for s in slots]

@@ -67,6 +67,8 @@ REWARD_TYPES: dict[str, RewardFn] = {
     "f1": f1,
     "random": random_reward,  # tests only: ignores correctness
 }
+# Registered for tests; a user-facing list (the lab's choices) leaves them out.
+TEST_ONLY_REWARDS = frozenset({"random"})
 
 
 def get_reward_fn(name: str) -> RewardFn:
@@ -83,6 +85,7 @@ def get_reward_fn(name: str) -> RewardFn:
 
 __all__ = [
     "REWARD_TYPES",
+    "TEST_ONLY_REWARDS",
     "boxed_math_reward",
     "deepscaler",
     "f1",

@@ -56,6 +56,8 @@ TOGGLES = [
     {"resources.pp": 2, "resources.pp_first_stage_layers": 3, "resources.pp_last_stage_layers": 2},
     {"resources.pp_first_stage_layers": 3}, {"placement.gpus_per_node": 0}, {"placement.engine_gpus": 0},
     {"placement.engine_gpus": 12, "placement.rollout_gpus": 24}, {"placement.train_gpus": 64},
+    {"advanced.extra_flags": "0.3 --eps-clip"}, {"advanced.extra_flags": "--eps-clip '0.3"},
+    {"advanced.extra_flags": "--rm-type math"}, {"advanced.extra_flags": "--dry-run"},
 ]
 
 

@@ -62,7 +62,7 @@ def test_the_git_lookup_is_cached_and_a_source_edit_invalidates_it(monkeypatch, 
     assert sum(1 for c in calls if c[0] == "status") == 2
 
 
-SCRATCH_PARTS = ["lab", "recipes", "scripts/models", "docker", "tools/tiny"]
+SCRATCH_PARTS = ["lab", "slime", "recipes", "scripts/models", "docker", "tools/tiny"]  # the lab asks the runtime
 RENDER = ("import json, sys; from lab.render import render_all; from lab.rules import new_experiment; "
           "f = render_all(new_experiment('glm4-9b')); "
           "print(json.dumps({'prov': json.loads(f['experiment.json'])['provenance'], 'head': f['experiment.sh'][:1500]}))")

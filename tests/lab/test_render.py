@@ -237,4 +237,5 @@ def test_private_fields_are_all_known_to_the_renderer():
         "task.custom_generate_path", "task.custom_reward_path", "placement.external_engine_addrs",
         "rollout.queue_state_dir", "serving.pd.rdma_devices", "serving.eagle.draft_head_path",
         "paths.hf_checkpoint", "paths.fp8_source", "paths.serving_checkpoint", "paths.ref_load",
-        "paths.prompt_data", "paths.save", "paths.load", "paths.output_dir", "evaluation.data_path"}
+        "paths.prompt_data", "paths.save", "paths.load", "paths.output_dir", "evaluation.data_path",
+        "advanced.extra_flags"}

@@ -23,10 +23,70 @@ def find(exp, rule_id):
     return [f for f in validate(exp) if f.id == rule_id]
 
 
+# The one refusal the runtime makes of every GPU recipe until train.py places the Megatron trainer
+# (#12). The lab shows it, as it must; the day the runtime gains the capability it disappears here.
+MEGATRON_NOT_PLACED = "--train-backend megatron: the Megatron trainer"
+
+
+def runtime_refuses_megatron_placement() -> bool:
+    from slime.args import parse_args, validate as runtime_validate
+
+    cfg = parse_args(["--train-backend", "megatron", "--num-rollout", "1"])
+    return any(e.startswith(MEGATRON_NOT_PLACED) for e in runtime_validate(cfg, environment=False))
+
+
 @pytest.mark.parametrize("name", list(all_recipes()))
 def test_recipe_defaults_have_no_error_findings(name):
     errors = [f for f in validate(new_experiment(name)) if f.level == "error"]
+    if runtime_refuses_megatron_placement():
+        shown = [f for f in errors if MEGATRON_NOT_PLACED in f.message]
+        assert all(f.fields == ["model.recipe"] for f in shown)
+        errors = [f for f in errors if f not in shown]
     assert errors == []
+
+
+# The runtime's own rules, shown by the lab at the fields whose flags the runtime names:
+# (test id, recipe, changes, level, fields that must be named, words the runtime's reason contains)
+RUNTIME_CASES = [
+    ("async_on_shared_pool", "glm4.7", {"placement.scheduling": "async"}, "error",
+     ["placement.ownership"], "--colocate"),
+    ("grpo_with_one_sample", "glm4-9b", {"task.n_samples_per_prompt": 1}, "error",
+     ["task.n_samples_per_prompt"], "advantage 0"),
+    ("samples_not_divisible_by_steps", "glm4-9b", {"task.num_steps_per_rollout": 3}, "error",
+     ["task.rollout_batch_size", "task.n_samples_per_prompt"], "does not divide"),
+    ("global_batch_not_divisible_by_dp", "glm4.7", {"task.rollout_batch_size": 1, "task.n_samples_per_prompt": 3}, "error",
+     ["placement.train_gpus"], "data-parallel"),
+    ("over_sampling_below_rollout_batch", "glm4-9b", {"rollout.over_sampling_batch_size": 16}, "error",
+     ["rollout.over_sampling_batch_size", "task.rollout_batch_size"], "BAT-7"),
+    ("partial_rollout_without_over_sampling", "glm4-9b", {"rollout.partial_rollout": True, "corrections.tis": True}, "warning",
+     ["rollout.partial_rollout", "rollout.over_sampling_batch_size"], "PRT-1"),
+    ("icepop_and_tis_both_on", "glm4.7", {"corrections.icepop": True}, "error",
+     ["corrections.tis", "corrections.icepop"], "pick one"),
+    ("ppo_needs_a_critic", "glm4-9b", {"task.advantage_estimator": "ppo"}, "error",
+     ["task.advantage_estimator"], "critic"),
+    ("external_without_addresses", "glm4-9b", {"placement.ownership": "external"}, "error",
+     ["placement.external_engine_addrs"], "expected at least one argument"),
+    ("queue_without_state_dir", "glm4-9b", {"rollout.queue": True}, "error", ["rollout.queue_state_dir"], "straw queue"),
+    ("save_without_directory", "glm4-9b", {"paths.save": ""}, "error", ["paths.save"], "--save-interval needs --save"),
+    ("sc_has_no_runtime_flag", "glm4-9b", {"corrections.sc": True}, "error", ["corrections.sc"], "unknown flag --use-sc"),
+]
+
+
+@pytest.mark.parametrize("case", RUNTIME_CASES, ids=[c[0] for c in RUNTIME_CASES])
+def test_runtime_refusal_is_shown_at_the_fields_whose_flags_it_names(case):
+    _, recipe, changes, level, fields, words = case
+    exp = raw(recipe, **{k.replace(".", "__"): v for k, v in changes.items()})
+    hits = [f for f in validate(exp) if f.id == "RUNTIME" and f.level == level and words in f.message]
+    assert hits, [f.message for f in validate(exp)]
+    assert set(fields) <= set(hits[0].fields)
+    assert hits[0].fix
+
+
+def test_async_keeps_held_out_eval_and_predicts_a_one_step_lookahead():
+    exp = raw("glm4-9b", placement__scheduling="async", evaluation__enabled=True, corrections__tis=True)
+    assert not [f for f in validate(exp) if "evaluation.enabled" in f.fields and f.level == "error"]
+    assert derive(exp).expected_staleness == 1.0
+    assert derive(raw("glm4-9b")).expected_staleness == 0.0
 
 
 # (test id, recipe, changes, rule id, level, fields that must be named, a word the fix must mention)
@@ -77,8 +137,6 @@ CASES = [
      ["precision.rollout", "corrections.tis"], "TIS"),
     ("hybrid_without_recurrent_state_dtype", "qwen3.8-27b", {"precision.recurrent_state_dtype": None}, "LAB-HYB-1", "error",
      ["precision.recurrent_state_dtype"], "float32"),
-    ("external_without_addresses", "glm4-9b", {"placement.ownership": "external"}, "LAB-EXT-1", "error",
-     ["placement.external_engine_addrs"], "host:port"),
     ("external_malformed_address", "glm4-9b", {"placement.ownership": "external",
                                                "placement.external_engine_addrs": ["10.0.0.1:30000", "10.0.0.2", "http://h:1"]},
      "LAB-EXT-2", "error", ["placement.external_engine_addrs"], "host:port"),
@@ -89,40 +147,19 @@ CASES = [
     ("hook_that_is_not_a_dotted_path", "glm4-9b", {"task.kind": "custom", "task.custom_generate_path": "my_pkg.agent.generate",
                                                    "task.custom_reward_path": "score reward"}, "LAB-TASK-2", "error",
      ["task.custom_reward_path"], "pkg.module.function"),
-    ("async_with_evaluation", "glm4-9b", {"placement.scheduling": "async", "evaluation.enabled": True, "corrections.tis": True},
-     "EVL-2", "error", ["evaluation.enabled", "placement.scheduling"], "separate eval job"),
     ("async_with_several_steps_per_rollout", "glm4-9b", {"placement.scheduling": "async", "task.num_steps_per_rollout": 2,
                                                           "corrections.tis": True}, "LAB-ASY-STEPS", "warning",
      ["task.num_steps_per_rollout"], "num_steps_per_rollout 1"),
     ("async_without_correction", "glm4-9b", {"placement.scheduling": "async"}, "ASY-1", "warning", ["corrections.tis"], "TIS"),
-    ("async_staleness_backlog", "glm4-9b", {"placement.scheduling": "async", "corrections.tis": True}, "ASY-3", "warning",
-     ["serving.concurrency"], "concurrency"),
-    ("async_on_shared_pool", "glm4.7", {"placement.scheduling": "async"}, "COL-1", "error",
-     ["placement.scheduling", "placement.ownership"], "disaggregated"),
-    ("grpo_with_one_sample", "glm4-9b", {"task.n_samples_per_prompt": 1}, "BAT-6", "error",
-     ["task.n_samples_per_prompt", "task.advantage_estimator"], "≥ 2"),
-    ("samples_not_divisible_by_steps", "glm4-9b", {"task.num_steps_per_rollout": 3}, "BAT-3", "error",
-     ["task.num_steps_per_rollout", "task.rollout_batch_size"], "divide 256"),
-    ("global_batch_not_divisible_by_dp", "glm4.7", {"task.rollout_batch_size": 1, "task.n_samples_per_prompt": 3}, "BAT-4",
-     "error", ["task.rollout_batch_size"], "multiple of 2"),
-    ("over_sampling_below_rollout_batch", "glm4-9b", {"rollout.over_sampling_batch_size": 16}, "BAT-7", "error",
-     ["rollout.over_sampling_batch_size"], "64"),
     ("token_cap_below_response_length", "glm4.7", {}, "BAT-5", "warning", ["resources.max_tokens_per_gpu"], "CP"),
-    ("deepscaler_on_non_reasoning_model", "glm4-9b", {}, "REW-3", "info", ["task.rm_type", "model.recipe"], "math"),
-    ("partial_rollout_without_over_sampling", "glm4-9b", {"rollout.partial_rollout": True, "corrections.tis": True}, "PRT-1",
-     "warning", ["rollout.partial_rollout", "rollout.over_sampling_batch_size"], "over_sampling_batch_size"),
+    ("deepscaler_on_non_reasoning_model", "glm4-9b", {"task.rm_type": "deepscaler"}, "REW-3", "info", ["task.rm_type", "model.recipe"], "math"),
     ("r3_on_dense_model", "glm4-9b", {"corrections.r3": True}, "LAB-R3-1", "warning", ["corrections.r3"], "off"),
-    ("icepop_and_tis_both_on", "glm4.7", {"corrections.icepop": True}, "LAB-CORR-1", "warning",
-     ["corrections.tis", "corrections.icepop"], "one"),
     ("save_interval_beyond_short_run", "glm4-9b", {}, "LAB-CKP-1", "info", ["paths.save_interval", "task.num_rollout"], "save interval"),
     ("resume_from_other_directory", "glm4-9b", {"paths.load": "/data/other"}, "CKP-3", "warning", ["paths.load", "paths.save"],
      "paths.save"),
-    ("queue_without_state_dir", "glm4-9b", {"rollout.queue": True}, "LAB-QUEUE-1", "error", ["rollout.queue_state_dir"],
-     "queue_state_dir"),
     ("no_gpus_for_a_gpu_recipe", "glm4-9b", {"placement.gpus_per_node": 0}, "LAB-GPU-1", "error", ["placement.gpus_per_node"], "GPUs"),
     ("colocated_memory_fraction_too_high", "glm4.7", {"serving.mem_fraction_static": 0.9}, "COL-2", "warning",
      ["serving.mem_fraction_static"], "0.4–0.7"),
-    ("save_without_directory", "glm4-9b", {"paths.save": ""}, "CKP-1", "error", ["paths.save"], "paths.save"),
     ("eval_without_data", "glm4-9b", {"evaluation.enabled": True, "evaluation.data_path": ""}, "EVL-1", "error",
      ["evaluation.data_path"], "data_path"),
     ("external_engines_weight_transport", "glm4-9b", {"placement.ownership": "external",

@@ -1,6 +1,7 @@
 """Repair previews: shown before applying; one repair = one undoable entry."""
 from __future__ import annotations
 
+from tests.lab.runtime_pending import without_pending
 from lab import workspace as W
 from lab.experiment import set_path
 from lab.repair import propose_repairs
@@ -20,7 +21,7 @@ def test_pd_repair_preview_lists_changes_allocation_and_remaining_errors():
     repairs = [r for r in propose_repairs(exp) if r.fixes == "SGL-4"]
     assert len(repairs) == 2
     split, grow = repairs
-    assert split.values == {"serving.pd.prefill_engines": 1, "serving.pd.decode_engines": 1} and split.remaining == []
+    assert split.values == {"serving.pd.prefill_engines": 1, "serving.pd.decode_engines": 1} and without_pending(split.remaining) == []
     assert grow.values["placement.rollout_gpus"] == 6 and grow.values["placement.nodes"] == 2
     assert grow.derived.total_gpus == 10 and not [f for f in grow.remaining if f.id == "SGL-4"]
     assert exp == _pd_short()  # nothing applied

@@ -28,14 +28,15 @@ def _int(v: Any) -> int | None:
         return None
 
 
-def backend_capability_errors(cfg) -> list[str]:
+def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
+    """environment=False: judge the flags only, not what this machine has installed."""
     e: list[str] = []
     c = cfg.cluster
     if c.train_backend == "megatron":
         e.append("--train-backend megatron: the Megatron trainer (slime/backends/megatron/trainer.py) runs on GPUs "
                  "and is exercised by tests/gpu, but train.py does not place it on Ray yet; "
                  "use --train-backend embedded here (see docs/en/megatron.md)")
-    if c.rollout_backend == "sglang" and not c.external:
+    if environment and c.rollout_backend == "sglang" and not c.external:
         from slime.rollout.engines.sglang import sglang_available
 
         if not sglang_available():

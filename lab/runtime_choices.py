@@ -1,0 +1,43 @@
+"""The choice lists the lab offers, read from the runtime's own registries (torch-free, Ray-free).
+
+One source of truth: the estimators and KL estimators are the `choices` of the runtime's argparse
+flags (`slime.args.build_parser`), the reward types the keys of `slime.rewards.REWARD_TYPES` less
+the ones the runtime marks as test-only. When the runtime gains a choice, the lab offers it with
+no lab change; when it drops one, the lab stops offering it.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def _parser_choices() -> dict[str, tuple[str, ...]]:
+    from slime.args import build_parser
+
+    out: dict[str, tuple[str, ...]] = {}
+    for action in build_parser()._actions:
+        if action.choices:
+            for opt in action.option_strings:
+                out[opt] = tuple(str(c) for c in action.choices)
+    return out
+
+
+def flag_choices(flag: str) -> tuple[str, ...]:
+    """The values the runtime's parser accepts for `flag` (empty when it takes any value)."""
+    return _parser_choices().get(flag, ())
+
+
+def advantage_estimators() -> tuple[str, ...]:
+    return flag_choices("--advantage-estimator")
+
+
+def kl_estimators() -> tuple[str, ...]:
+    return flag_choices("--kl-loss-type")
+
+
+def reward_types() -> tuple[str, ...]:
+    """Built-in rewards a user may choose: registered, and not marked as test-only."""
+    import slime.rewards as rewards
+
+    test_only = getattr(rewards, "TEST_ONLY_REWARDS", frozenset())
+    return tuple(name for name in rewards.REWARD_TYPES if name not in test_only)

@@ -1,0 +1,195 @@
+"""The runtime judges: an experiment becomes the runtime's argument list, and the runtime's own
+parser, validate() and backend capability checks say what they refuse (torch-free, Ray-free).
+
+The argument list is the one experiment.sh passes (`lab.render.context.train_flag_groups`, with
+the shell variables filled in and the recipe's MODEL_ARGS first), judged with
+`slime.dry_run.dry_run(..., environment=False)`: the flags alone, as on the target cluster (no file
+existence, no installed-package check). Each refusal becomes a finding at the fields whose flags it
+names (the `x-flag` / `x-flags` declarations of lab/experiment.py). No lab rule restates a runtime
+rule: when the runtime gains a capability, its refusal, and the lab's finding, go away together.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from collections import OrderedDict
+from functools import lru_cache
+from typing import Any
+
+from lab.experiment import EXTRA_FLAGS_PATH, FIELD_FLAGS, Experiment, fields_of_flag
+from lab.findings import Finding
+from lab.recipes import REPO_ROOT, Recipe, get_recipe
+from lab.render import context as ctx
+from lab.render.env import Var
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z0-9][a-z0-9-]*")
+
+
+@lru_cache(maxsize=32)
+def _model_args(path: str, mtime_ns: int) -> tuple[str, ...]:
+    from slime.backends.megatron.model_args import read_model_args
+
+    return tuple(read_model_args(path)) if mtime_ns >= 0 else ()
+
+
+def model_args(recipe: Recipe) -> list[str]:
+    """MODEL_ARGS of the recipe's model spec, read (never executed) by the runtime's reader."""
+    path = REPO_ROOT / recipe.model_spec
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        mtime = -1
+    return list(_model_args(str(path), mtime))
+
+
+def _values(exp: Experiment, recipe: Recipe) -> tuple[dict[str, str], dict[str, list[str]]]:
+    scalars, arrays = ctx.shell_variables(exp, recipe)
+    values = {name: str(v) for name, v, _ in scalars}
+    lists = {name: list(v) for name, v, _ in arrays}
+    values["RDMA_IB_DEVICES"] = ",".join(exp.serving.pd.rdma_devices)
+    values["SGLANG_CONFIG"] = f".slime-lab.{exp.model.recipe}.{exp.rollout.queue_run_id}/sglang.yaml"
+    return values, lists
+
+
+def runtime_argv(exp: Experiment, recipe: Recipe | None = None) -> list[str]:
+    """The argument list experiment.sh gives train.py / train_async.py: MODEL_ARGS, then TRAIN_ARGS."""
+    recipe = recipe or get_recipe(exp.model.recipe)
+    values, lists = _values(exp, recipe)
+    argv: list[str] = list(model_args(recipe)) if recipe.backends.train == "megatron" else []
+    for group in ctx.train_flag_groups(exp, recipe, exp.placement.train_gpus):
+        for line in group.lines:
+            for tok in line:
+                if isinstance(tok, Var):
+                    if tok.array:
+                        argv.extend(lists.get(tok.name, []))
+                    else:
+                        argv.append(values.get(tok.name, "") + tok.suffix)
+                else:
+                    argv.append(str(tok))
+    return argv
+
+
+def server_groups(exp: Experiment, recipe: Recipe) -> list[dict[str, Any]] | None:
+    """The server groups of the sglang.yaml experiment.sh embeds (None when it embeds none)."""
+    if not ctx.needs_sglang_yaml(exp, recipe):
+        return None
+    return ctx.sglang_groups(exp, recipe, exp.placement.train_gpus)
+
+
+class _Memo:
+    """A small LRU keyed by the experiment's JSON; the value is computed from the object at hand."""
+
+    def __init__(self, size: int = 128) -> None:
+        self.size, self.data = size, OrderedDict()
+
+    def get(self, key: str, compute):
+        if key in self.data:
+            self.data.move_to_end(key)
+            return self.data[key]
+        value = self.data[key] = compute()
+        if len(self.data) > self.size:
+            self.data.popitem(last=False)
+        return value
+
+
+_JUDGED = _Memo()
+_FOUND = _Memo()
+
+
+def judge(exp: Experiment, recipe: Recipe | None = None):
+    """slime.dry_run.DryRun of this experiment (remembered per experiment)."""
+    from slime.dry_run import dry_run
+
+    def compute():
+        r = recipe or get_recipe(exp.model.recipe)
+        return dry_run(runtime_argv(exp, r), async_mode=exp.placement.scheduling == "async",
+                       environment=False, groups=server_groups(exp, r))
+
+    return _JUDGED.get(exp.model_dump_json(), compute)
+
+
+def fields_for_message(message: str, extra: list[str]) -> list[str]:
+    """The fields whose flags a runtime message names; the extra-flags field for flags it holds."""
+    fields: list[str] = []
+    for flag in _FLAG.findall(message):
+        owners = fields_of_flag(flag)
+        if flag in extra:
+            owners = [EXTRA_FLAGS_PATH] + owners
+        for f in owners:
+            if f not in fields:
+                fields.append(f)
+    return fields or ["model.recipe"]  # a flag no control renders comes from the recipe
+
+
+def runtime_findings(exp: Experiment) -> list[Finding]:
+    """The runtime's refusals and warnings, each at the fields whose flags it names."""
+    return [f.model_copy() for f in _FOUND.get(exp.model_dump_json(), lambda: tuple(_findings(exp)))]
+
+
+def _findings(exp: Experiment) -> list[Finding]:
+    extra = ctx.extra_flag_tokens(exp)
+    out = extra_flag_findings(exp)
+    result = judge(exp)
+    if result.cfg is None and extra:  # the extra flags do not parse: judge the rest without them
+        out.append(Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH], "error", reason=result.errors[0]))
+        result = judge(exp.model_copy(update={"advanced": exp.advanced.model_copy(update={"extra_flags": ""})}))
+    for msg in result.errors:
+        out.append(Finding.of("RUNTIME", "error", fields_for_message(msg, extra), "error", reason=msg))
+    for msg in result.warnings:
+        out.append(Finding.of("RUNTIME", "warning", fields_for_message(msg, extra), "warning", reason=msg))
+    return out
+
+
+def _all_runtime_flags() -> list[str]:
+    from slime.args import MEGATRON_FLAGS, build_parser
+
+    return sorted({o for a in build_parser()._actions for o in a.option_strings
+                   if o.startswith("--") and o != "--help"} | set(MEGATRON_FLAGS))
+
+
+def extra_flag_findings(exp: Experiment) -> list[Finding]:
+    """Edit-time checks of advanced.extra_flags the parser alone cannot make: shell syntax, a value
+    with no flag, and a flag that a control owns (refused: it points at the control)."""
+    text = exp.advanced.extra_flags
+    if not text.strip():
+        return []
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        return [Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH], "extra_syntax", error=str(exc))]
+    out: list[Finding] = []
+    if tokens and not tokens[0].startswith("--"):
+        out.append(Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH], "extra_value", value=tokens[0]))
+    for tok in tokens:
+        if not tok.startswith("--"):
+            continue
+        flag = tok.split("=", 1)[0]
+        owners = [p for p in fields_of_flag(flag) if p != EXTRA_FLAGS_PATH]
+        if flag in NOT_A_RUN_FLAG:
+            out.append(Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH], "extra_not_a_run", flag=flag))
+        elif owners:
+            out.append(Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH, *owners], "extra_owned",
+                                  flag=flag, field=owners[0]))
+    return out
+
+
+# Flags that change what the command does rather than the run: never part of a launched run.
+NOT_A_RUN_FLAG = frozenset({"--dry-run"})
+
+
+def advanced_flags() -> list[str]:
+    """Runtime flags no control renders: reachable only through advanced.extra_flags."""
+    owned = {f for flags in FIELD_FLAGS.values() for f in flags}
+    return [f for f in _all_runtime_flags() if f not in owned and f not in NOT_A_RUN_FLAG]
+
+
+def placement(exp: Experiment) -> list[dict[str, Any]]:
+    """The runtime's placement plan of this experiment (slime.ray.placement.placement_plan)."""
+    result = judge(exp)
+    if result.cfg is None and exp.advanced.extra_flags:  # unreadable extra flags: the plan of the rest
+        result = judge(exp.model_copy(update={"advanced": exp.advanced.model_copy(update={"extra_flags": ""})}))
+    return [{"role": s.role, "index": s.index, "node": s.node, "gpus": list(s.gpus), "nodes": list(s.nodes),
+             "address": s.address, "where": s.where()} for s in result.plan]
+
+
+__all__ = ["runtime_argv", "runtime_findings", "judge", "placement", "advanced_flags"]
