@@ -30,11 +30,13 @@ import json
 import math
 from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from lab import rules, workspace
+from lab.body import read_json
 from lab.experiment import Experiment
 from lab.rules import ChangeError
 from lab.workspace import Workspace
@@ -312,13 +314,38 @@ def _recipe_info(exp: Experiment) -> dict[str, Any] | None:
 
 
 @router.post("/api/workspace")
-def post_workspace(req: WorkspaceRequest) -> Any:
+async def post_workspace(request: Request) -> Any:
+    req = await read_json(request, WorkspaceRequest)
     ws = req.workspace if req.workspace is not None else Workspace()
+    check_workspace(ws, req.lang)
+    return await run_in_threadpool(_answer, ws, req)
+
+
+def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
     try:
         new = _apply(ws, req.action)
     except ChangeError as exc:
         return _error(422, ["body", "action", exc.field], exc.message)
     return localized(view(new, _last_change(req.action.type, ws, new)), req.lang)
+
+
+def check_workspace(ws: Workspace, lang: str) -> None:
+    """What the model alone cannot refuse in a stored workspace: a recipe this lab does not have
+    (nothing can be derived or drawn for it) and history entries naming unknown fields (undo could
+    not apply them). 422 naming the place."""
+    from lab.api import known_recipe
+    from lab.body import error
+    from lab.experiment import LEAF_FIELDS
+
+    known_recipe(ws.b.model.recipe, ["body", "workspace", "b", "model", "recipe"], lang)
+    if ws.a is not None:
+        known_recipe(ws.a.model.recipe, ["body", "workspace", "a", "model", "recipe"], lang)
+    for side in ("undo", "redo"):
+        for i, entry in enumerate(getattr(ws, side)):
+            for j, change in enumerate(entry.changes):
+                if change.path not in LEAF_FIELDS:
+                    raise error(422, ["body", "workspace", side, i, "changes", j, "path"],
+                                "input.history_path", {"path": change.path}, lang)
 
 
 def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:

@@ -15,6 +15,9 @@ from __future__ import annotations
 from typing import Any, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from lab.text_rule import TextRuleError, check_text
 
 SCHEMA_VERSION = 2  # schema 1 is the earlier flat layout; lab/migrate.py upgrades it.
 
@@ -32,6 +35,16 @@ def private(default: Any = None, *, description: str, **kwargs: Any) -> Any:
 class _Section(BaseModel):
     # Unknown keys are an error, not silently dropped: a typo in a loaded file must be named.
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _text_rule(cls, v: Any) -> Any:
+        # One rule for characters (lab/text_rule.py), so no entry point can skip it.
+        try:
+            return check_text(v)
+        except TextRuleError as exc:
+            raise PydanticCustomError("text_rule", str(exc).replace("{", "{{").replace("}", "}}"),
+                                     {"key": exc.key, "params": exc.params}) from None
 
 
 # --- 1. Task and model -------------------------------------------------------------------------

@@ -14,10 +14,10 @@ bad file never touches the user's experiment or history.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lab import safe_json
 from lab.experiment import LEAF_FIELDS, SCHEMA_VERSION, set_path
 
 MAX_BYTES = 256 * 1024  # an export is a few KiB; a larger file is not an experiment
@@ -159,7 +159,7 @@ def _migrate_schema1(doc: dict[str, Any]) -> dict[str, Any]:
 
 def parse_document(text: str | bytes) -> LoadedChoices:
     """Parse a Load JSON file. Raises LoadError naming what is wrong; never partial results."""
-    size = len(text.encode("utf-8") if isinstance(text, str) else text)
+    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
     if size > MAX_BYTES:
         raise LoadError(f"file is {size} bytes; an experiment file is at most {MAX_BYTES} bytes")
     if isinstance(text, bytes):
@@ -168,9 +168,12 @@ def parse_document(text: str | bytes) -> LoadedChoices:
         except UnicodeDecodeError as exc:
             raise LoadError(f"file is not UTF-8 text (byte {exc.start})") from exc
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LoadError(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
+        doc = safe_json.loads(text)
+    except safe_json.JSONInputError as exc:
+        if exc.key == "input.not_json":
+            p = exc.params
+            raise LoadError(f"not valid JSON: {p['why']} at line {p['line']}, column {p['col']}") from exc
+        raise LoadError(str(exc), field=".".join(str(x) for x in exc.loc) or None) from exc
     if not isinstance(doc, dict):
         raise LoadError(f"expected a JSON object, got {type(doc).__name__}")
 

@@ -74,11 +74,13 @@ def _range_text(path: str) -> str:
 
 
 def check_text(path: str, value: Any) -> None:
-    """Reject NUL and newline characters in a string (or list of strings) value."""
-    items = value if isinstance(value, list) else [value]
-    for item in items:
-        if isinstance(item, str) and any(c in item for c in ("\x00", "\n", "\r")):
-            raise ChangeError(path, "must not contain NUL or newline characters; give a single-line value")
+    """The one character rule (lab/text_rule.py) as a ChangeError naming `path`."""
+    from lab.text_rule import TextRuleError, check_text as rule
+
+    try:
+        rule(value)
+    except TextRuleError as exc:
+        raise ChangeError(path, str(exc)) from None
 
 
 def unknown_field_error(path: str) -> ChangeError:

@@ -24,7 +24,7 @@ for name in {HEAVY!r}:
     sys.modules[name] = None
 from fastapi.testclient import TestClient
 from lab.app import create_app
-client = TestClient(create_app())
+client = TestClient(create_app(), base_url="http://127.0.0.1")
 assert client.get("/").status_code == 200
 view = client.post("/api/workspace", json={{"workspace": None, "action": {{"type": "view"}}}})
 assert view.status_code == 200, view.text

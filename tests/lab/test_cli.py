@@ -47,7 +47,7 @@ def test_render_via_cli_equals_render_all_equals_api_bytes(tmp_path):
     out = slime_lab("render", "--model", "glm4-9b", "-o", str(tmp_path / "out"))
     assert out.returncode == 0, out.stderr
     expected = render_all(new_experiment("glm4-9b"))
-    api = TestClient(create_app()).post(
+    api = TestClient(create_app(), base_url="http://127.0.0.1").post(
         "/api/render", json={"experiment": new_experiment("glm4-9b").model_dump(mode="json")}).json()["files"]
     written = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     assert written == {k: v.encode() for k, v in expected.items()} == {k: v.encode() for k, v in api.items()}

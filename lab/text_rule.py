@@ -1,0 +1,54 @@
+"""The one rule for characters in the experiment's text values; every entry point goes through it.
+
+Every string of the experiment ends up on a command line: as a flag's value (`--input-key KEY`),
+as a path given to a flag (`--hf-checkpoint DIR`), as a docker tag or a hook name. So every string
+value, and every item of a list of strings, must
+
+- hold no NUL, CR or LF: one of them splits or truncates a line of the generated shell;
+- not begin with `-`: argparse, `ray` and `docker` read such a value as an option of their own.
+
+`check_text` is the rule; the pydantic model (lab/experiment.py) calls it for every field, so an
+edit, a render, a validation, a share link, Load JSON, an import and the CLI all refuse the same
+values with the same message.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+FORBIDDEN_CHARS: dict[str, str] = {"\x00": "NUL", "\r": "CR", "\n": "LF"}
+
+
+class TextRuleError(ValueError):
+    """A value the rule refuses; `key`/`params` render the message in any language (lab/messages.py)."""
+
+    def __init__(self, key: str, params: dict[str, Any]) -> None:
+        from lab.messages import render
+
+        super().__init__(render(key, params, "en"))
+        self.key = key
+        self.params = params
+
+
+def _problem(text: str) -> TextRuleError | None:
+    for ch, name in FORBIDDEN_CHARS.items():
+        pos = text.find(ch)
+        if pos >= 0:
+            return TextRuleError("input.char", {"char": name, "pos": pos + 1})
+    if text.startswith("-"):
+        return TextRuleError("input.dash", {})
+    return None
+
+
+def check_text(value: Any) -> Any:
+    """Raise TextRuleError when `value` (a string or a list of strings) breaks the rule; else return it."""
+    if isinstance(value, str):
+        err = _problem(value)
+        if err is not None:
+            raise err
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if isinstance(item, str):
+                err = _problem(item)
+                if err is not None:
+                    raise TextRuleError("input.item", {"item": i + 1, "msg": {"key": err.key, "params": err.params}})
+    return value
