@@ -5,6 +5,7 @@ as a path given to a flag (`--hf-checkpoint DIR`), as a docker tag or a hook nam
 value, and every item of a list of strings, must
 
 - hold no NUL, CR or LF: one of them splits or truncates a line of the generated shell;
+- be valid Unicode (no lone surrogate): such text cannot be written to any file;
 - not begin with `-`: argparse, `ray` and `docker` read such a value as an option of their own.
 
 `check_text` is the rule; the pydantic model (lab/experiment.py) calls it for every field, so an
@@ -36,6 +37,11 @@ def _problem(text: str) -> TextRuleError | None:
             return TextRuleError("input.char", {"char": name, "pos": pos + 1})
     if text.startswith("-"):
         return TextRuleError("input.dash", {})
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate (or undecodable command-line bytes)
+            return TextRuleError("input.surrogate", {"code": f"{ord(text[exc.start]):04X}", "pos": exc.start + 1})
     return None
 
 

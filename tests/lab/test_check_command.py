@@ -208,3 +208,29 @@ def test_train_refuses_while_the_lab_found_errors(tmp_path):
     env, log = fake_bin(tmp_path, "ray")
     out = run(make_repo(tmp_path, "glm4-9b", resources__tp=3), "train", env=env)
     assert out.returncode == 1 and "PAR-1" in out.stderr and not calls(log)
+
+
+def test_check_finds_hook_modules_without_running_any_of_their_code(tmp_path):
+    """A hook `pkg.sub.fn`: check reads the file system along sys.path; pkg/__init__.py and
+    pkg/sub.py would write a file if imported, and no file appears."""
+    changes = {**inputs(tmp_path), "task__custom_reward_path": "evilpkg.sub.reward",
+               "task__custom_generate_path": "evilpkg.nested.gen.generate"}
+    script = make_repo(tmp_path, "glm4-9b", **changes)
+    create_inputs(tmp_path, script.parent)
+    marker = tmp_path / "EXECUTED"
+    payload = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    pkg = script.parent / "evilpkg"
+    (pkg / "nested").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(payload)
+    (pkg / "sub.py").write_text(payload + "def reward(*a): return 0.0\n")
+    (pkg / "nested" / "__init__.py").write_text(payload)
+    (pkg / "nested" / "gen.py").write_text(payload + "def generate(*a): return None\n")
+    out = run(script, "check")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert not marker.exists(), marker.read_text()
+
+    (pkg / "sub.py").unlink()  # a missing module is still named
+    out = run(script, "check")
+    assert out.returncode == 1 and not marker.exists()
+    assert "reward hook (--custom-rm-path): module evilpkg.sub is not importable here" in out.stdout
+    assert "generate hook" not in out.stdout
