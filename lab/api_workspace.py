@@ -44,6 +44,7 @@ from lab.workspace import Workspace
 router = APIRouter()
 
 MAX_DRAWN_NODES = 64  # beyond this the layout says "… and N more nodes" instead of drawing them
+MAX_DRAWN_ENGINES = 64  # likewise for the boxes of external engines
 
 # The tutorial's initial experiment, adopted by "Use this GRPO starting point" as one change.
 GRPO_STARTING_POINT: dict[str, Any] = {
@@ -188,42 +189,50 @@ def _ab_diff(ws: Workspace) -> list[Any]:
 
 def _layout(exp: Experiment, d: Any) -> dict[str, Any]:
     """GPU cells by node: which pool owns each GPU and which engine it serves (a drawing of the
-    derived placement; the counts come from rules.derive)."""
+    derived placement; the counts come from rules.derive). Only the first MAX_DRAWN_NODES nodes and
+    MAX_DRAWN_ENGINES external engines are built, so a view costs what is drawn, not the cluster's size."""
     p = exp.placement
     gpn = p.gpus_per_node
     e = max(p.engine_gpus, 1)
     if gpn <= 0:
-        return {"cpu_only": True, "gpus_per_node": 0, "nodes": [], "external": [], "hidden_nodes": 0}
-    cells: list[list[Any]] = []  # [role, engine index or null]
-    external: list[int] = []
+        return {"cpu_only": True, "gpus_per_node": 0, "nodes": [], "external": [], "hidden_nodes": 0,
+                "hidden_engines": 0}
     n_actor = d.n_actor or p.train_gpus
+    external: list[int] = []
     if p.ownership == "colocated":
-        shared = max(n_actor, p.rollout_gpus)
-        engines = d.engines if d.engines else shared // e
-        for i in range(shared):
+        used = max(n_actor, p.rollout_gpus)
+        engines = d.engines if d.engines else used // e
+    elif p.ownership == "disaggregated":
+        used = n_actor + p.rollout_gpus
+        engines = d.engines if d.engines else p.rollout_gpus // e
+    else:
+        used = n_actor
+        engines = d.engines if d.engines else (len(p.external_engine_addrs) or p.rollout_gpus // e)
+        external = [e] * min(engines, MAX_DRAWN_ENGINES)
+
+    def cell(i: int) -> list[Any]:  # [role, engine index or null] of GPU i
+        if p.ownership == "colocated" and i < used:
             eng = i // e
             in_engine = eng < engines
-            role = "shared" if i < n_actor and in_engine else ("train" if i < n_actor else ("rollout" if in_engine else "idle"))
-            cells.append([role, eng if in_engine else None])
-    else:
-        cells.extend(["train", None] for _ in range(n_actor))
-        if p.ownership == "disaggregated":
-            engines = d.engines if d.engines else p.rollout_gpus // e
-            for i in range(p.rollout_gpus):
-                eng = i // e
-                cells.append(["rollout", eng] if eng < engines else ["idle", None])
-        else:
-            engines = d.engines if d.engines else (len(p.external_engine_addrs) or p.rollout_gpus // e)
-            external = [e] * engines
-    capacity = max(p.nodes * gpn, math.ceil(len(cells) / gpn) * gpn)
-    cells.extend(["idle", None] for _ in range(capacity - len(cells)))
-    nodes = [cells[i:i + gpn] for i in range(0, len(cells), gpn)]
+            if i < n_actor:
+                return ["shared", eng] if in_engine else ["train", None]
+            return ["rollout", eng] if in_engine else ["idle", None]
+        if i < n_actor:
+            return ["train", None]
+        if p.ownership == "disaggregated" and i < used:
+            eng = (i - n_actor) // e
+            return ["rollout", eng] if eng < engines else ["idle", None]
+        return ["idle", None]
+
+    n_nodes = max(p.nodes, math.ceil(used / gpn))
+    drawn = min(n_nodes, MAX_DRAWN_NODES)
     return {
         "cpu_only": False,
         "gpus_per_node": gpn,
-        "nodes": nodes[:MAX_DRAWN_NODES],
-        "hidden_nodes": max(0, len(nodes) - MAX_DRAWN_NODES),
+        "nodes": [[cell(k * gpn + g) for g in range(gpn)] for k in range(drawn)],
+        "hidden_nodes": n_nodes - drawn,
         "external": external,
+        "hidden_engines": max(0, engines - len(external)) if p.ownership == "external" else 0,
         "ownership": p.ownership,
     }
 

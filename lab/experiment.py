@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from lab.text_rule import TextRuleError, check_text
+from slime.limits import MAX_GPUS, MAX_GPUS_PER_ENGINE, MAX_GPUS_PER_NODE, MAX_NODES  # the runtime's own limits
 
 SCHEMA_VERSION = 2  # schema 1 is the earlier flat layout; lab/migrate.py upgrades it.
 
@@ -84,11 +85,11 @@ class Placement(_Section):
         "disaggregated", description="Who owns the rollout GPUs: shared with training, a separate pool, or engines of another deployment.")
     scheduling: Literal["sync", "async"] = Field(
         "sync", description="Synchronous (rollout, train, sync) or fully async (generation in flight across updates).")
-    nodes: int = Field(1, ge=1, le=4096, description="Training nodes (--actor-num-nodes).")
-    gpus_per_node: int = Field(8, ge=0, le=64, description="GPUs per node (--actor-num-gpus-per-node, --num-gpus-per-node).")
-    train_gpus: int = Field(4, ge=0, le=262144, description="GPUs of the training pool (N_actor).")
-    rollout_gpus: int = Field(4, ge=0, le=262144, description="GPUs of the rollout pool (--rollout-num-gpus).")
-    engine_gpus: int = Field(2, ge=0, le=1024, description="GPUs per rollout engine (--rollout-num-gpus-per-engine).")
+    nodes: int = Field(1, ge=1, le=MAX_NODES, description="Training nodes (--actor-num-nodes).")
+    gpus_per_node: int = Field(8, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per node (--actor-num-gpus-per-node, --num-gpus-per-node).")
+    train_gpus: int = Field(4, ge=0, le=MAX_GPUS, description="GPUs of the training pool (N_actor).")
+    rollout_gpus: int = Field(4, ge=0, le=MAX_GPUS, description="GPUs of the rollout pool (--rollout-num-gpus).")
+    engine_gpus: int = Field(2, ge=0, le=MAX_GPUS_PER_ENGINE, description="GPUs per rollout engine (--rollout-num-gpus-per-engine).")
     external_engine_addrs: list[str] = private(
         default_factory=list, description="host:port of each external SGLang engine (--rollout-external-engine-addrs).")
 
@@ -131,8 +132,8 @@ class Corrections(_Section):
 
 class PD(_Section):
     enabled: bool = Field(False, description="Prefill/decode disaggregation with Mooncake KV transfer.")
-    prefill_engines: int = Field(1, ge=0, le=4096, description="Engines in the prefill group.")
-    decode_engines: int = Field(1, ge=0, le=4096, description="Engines in the decode group.")
+    prefill_engines: int = Field(1, ge=0, le=MAX_GPUS, description="Engines in the prefill group.")
+    decode_engines: int = Field(1, ge=0, le=MAX_GPUS, description="Engines in the decode group.")
     rdma_devices: list[str] = private(
         default_factory=list, description="RDMA (InfiniBand) device names for Mooncake, e.g. mlx5_0; from your environment.")
 
