@@ -234,3 +234,51 @@ def test_check_finds_hook_modules_without_running_any_of_their_code(tmp_path):
     assert out.returncode == 1 and not marker.exists()
     assert "reward hook (--custom-rm-path): module evilpkg.sub is not importable here" in out.stdout
     assert "generate hook" not in out.stdout
+
+
+FLAKY_RAY = """#!/usr/bin/env python3
+import json, os, sys
+state = os.environ["FAKE_STATE"]
+n = int(open(state).read()) if os.path.exists(state) else 0
+open(state, "w").write(str(n + 1))
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps({"tool": "ray", "argv": sys.argv[1:]}) + "\\n")
+if n < int(os.environ["FAKE_FAILURES"]):
+    print("RuntimeError: Request failed with status code 500: No available agent to submit job, please try again later.")
+    sys.exit(1)
+if os.environ.get("FAKE_JOB_FAILS"):
+    print("Job 'x' submitted successfully")
+    print("Connection refused (a line of the job's own log)")
+    sys.exit(1)
+"""
+
+
+def flaky_ray(tmp_path: Path, failures: int, **extra: str) -> tuple[dict, Path]:
+    env, log = fake_bin(tmp_path, "ray")
+    (tmp_path / "bin" / "ray").write_text(FLAKY_RAY)
+    return {**env, "FAKE_STATE": str(tmp_path / "state"), "FAKE_FAILURES": str(failures), **extra}, log
+
+
+def test_train_waits_for_rays_job_agent_and_submits_once_it_is_there(tmp_path):
+    env, log = flaky_ray(tmp_path, failures=2)
+    out = run(make_repo(tmp_path, "glm4-9b"), "train", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    attempts = calls(log)
+    assert len(attempts) == 3
+    assert out.stdout.count("Ray is not ready to take the job yet (No available agent)") == 2
+    ids = {a["argv"][a["argv"].index("--submission-id") + 1] for a in attempts}
+    assert len(ids) == 1  # every attempt is the same submission: Ray refuses a duplicate
+
+
+def test_train_gives_up_with_a_clear_error_when_the_agent_never_comes(tmp_path):
+    env, log = flaky_ray(tmp_path, failures=1000, SLIME_RAY_SUBMIT_WAIT="4")
+    out = run(make_repo(tmp_path, "glm4-9b"), "train", env=env)
+    assert out.returncode == 1
+    assert "did not accept the job within 4 s (last answer: No available agent)" in out.stderr
+    assert "SLIME_RAY_SUBMIT_WAIT" in out.stderr and 2 <= len(calls(log)) <= 3
+
+
+def test_train_never_resubmits_a_job_that_was_submitted_and_failed(tmp_path):
+    env, log = flaky_ray(tmp_path, failures=0, FAKE_JOB_FAILS="1")
+    out = run(make_repo(tmp_path, "glm4-9b"), "train", env=env)
+    assert out.returncode == 1 and len(calls(log)) == 1
