@@ -141,7 +141,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"-o {args.output}: exists and is not a directory")
-    for path in write_files(files, out):
+    try:
+        written = write_files(files, out)  # all or nothing
+    except OSError as exc:
+        raise UserError(f"-o {args.output}: cannot write the files ({exc.strerror or exc}); nothing was changed") from None
+    for path in written:
         print(path)
     errors = [f for f in json.loads(files["experiment.json"])["findings"] if f["level"] == "error"]
     if errors:

@@ -292,7 +292,7 @@ def apply_change(exp: Experiment, path: str, value: Any) -> tuple[Experiment, li
     if path not in LEAF_FIELDS:
         raise unknown_field_error(path)
     check_text(path, value)
-    if path == "model.recipe" and value not in all_recipes():
+    if path == "model.recipe" and (not isinstance(value, str) or value not in all_recipes()):
         raise ChangeError(path, f"unknown model {value!r}; choose one of: {', '.join(all_recipes())}")
     data = exp.model_dump(mode="json")
     old_data = exp.model_dump(mode="json")
