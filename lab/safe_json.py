@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from itertools import accumulate
 from typing import Any
 
 MAX_DEPTH = 32  # an experiment nests 4 levels, a workspace with its history about 8
@@ -94,6 +96,18 @@ def check_tree(data: Any, max_depth: int = MAX_DEPTH) -> None:
             _check_leaf(value, loc)
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _max_depth(text: str) -> int:
+    """The deepest nesting of `text`, counted over its brackets outside strings (C-level loops only)."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    return max(accumulate(map(_DELTA.__getitem__, brackets)), default=0)
+
+
 def loads(raw: str | bytes, max_bytes: int | None = None, max_depth: int = MAX_DEPTH) -> Any:
     """Parse `raw` (UTF-8 bytes or text) strictly; raises JSONInputError naming what is wrong and where."""
     if max_bytes is not None:
@@ -105,13 +119,34 @@ def loads(raw: str | bytes, max_bytes: int | None = None, max_depth: int = MAX_D
             raw = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise JSONInputError("input.not_utf8", {"pos": exc.start}) from None
+    odd: list[bool] = []  # set by the number hooks: a huge integer or a non-finite number was read
+
+    def parse_int(text: str) -> Any:
+        value = _parse_int(text)
+        if isinstance(value, _BigInt):
+            odd.append(True)
+        return value
+
+    def parse_float(text: str) -> Any:
+        value = _parse_float(text)
+        if isinstance(value, _NonFinite):
+            odd.append(True)
+        return value
+
+    def parse_constant(text: str) -> Any:
+        odd.append(True)
+        return _NonFinite(text)
+
     try:
-        data = json.loads(raw, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_NonFinite)
+        data = json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
     except json.JSONDecodeError as exc:
         raise JSONInputError("input.not_json", {"line": exc.lineno, "col": exc.colno, "why": exc.msg}) from None
     except RecursionError:
         raise JSONInputError("input.too_deep", {"limit": max_depth}) from None
-    check_tree(data, max_depth)
+    # The walk that names the place runs only when a cheap test over the text finds something: the
+    # common, well-formed body is not walked node by node.
+    if odd or _SURROGATE_ESCAPE.search(raw) or _max_depth(raw) > max_depth:
+        check_tree(data, max_depth)
     return data
 
 
