@@ -134,9 +134,9 @@ def main() -> int:
                 c.request("GET", "/api/recipes")
                 if c.getresponse().status == 200:
                     break
-            except OSError:
+            except OSError as exc:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("the lab server did not start: " + server.stderr.read().decode()[-2000:])
+                    raise SystemExit("the lab server did not start: " + server.stderr.read().decode()[-2000:]) from exc
                 time.sleep(0.2)
         # Warm-up: every edit once (imports, caches), then the baseline RSS.
         warm = Budget(len(EDITS) * 3, 120, args.hang_seconds)

@@ -75,7 +75,8 @@ def _range_text(path: str) -> str:
 
 def check_text(path: str, value: Any) -> None:
     """The one character rule (lab/text_rule.py) as a ChangeError naming `path`."""
-    from lab.text_rule import TextRuleError, check_text as rule
+    from lab.text_rule import TextRuleError
+    from lab.text_rule import check_text as rule
 
     try:
         rule(value)

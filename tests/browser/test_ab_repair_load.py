@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import act, assert_clean, reveal, wait_until
+
 from lab.recipes import REPO_ROOT
 
 pytestmark = pytest.mark.browser

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from conftest import assert_clean, wait_until
+
 from lab.experiment import LEAF_FIELDS
 
 LOCALES = Path(__file__).resolve().parents[2] / "lab" / "static" / "locales"

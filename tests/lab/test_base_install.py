@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "ray", "transformers", "numpy", "megatron", "sglang")
