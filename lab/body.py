@@ -37,10 +37,13 @@ _BOUNDS = {"greater_than_equal": ("input.ge", "ge"), "greater_than": ("input.gt"
            "string_too_long": ("input.too_long", "max_length"), "string_too_short": ("input.too_short", "min_length")}
 
 
-def request_lang(request: Request) -> str:
+def lang_of(accept_language: str) -> str:
     """The language of the answer's messages: the first tag of Accept-Language ('zh', 'zh-CN' → zh)."""
-    header = request.headers.get("accept-language", "")
-    return messages.normalize_lang(header.split(",", 1)[0].split(";", 1)[0])
+    return messages.normalize_lang(accept_language.split(",", 1)[0].split(";", 1)[0])
+
+
+def request_lang(request: Request) -> str:
+    return lang_of(request.headers.get("accept-language", ""))
 
 
 def error(status: int, loc: list[Any], key: str, params: dict[str, Any], lang: str) -> HTTPException:

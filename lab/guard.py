@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lab import messages
-from lab.body import MAX_BODY_BYTES
+from lab.body import MAX_BODY_BYTES, lang_of
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -59,8 +59,7 @@ def host_name(header: str) -> str:
 
 
 def _lang(headers: dict[bytes, bytes]) -> str:
-    tag = headers.get(b"accept-language", b"").decode("latin-1").split(",", 1)[0].split(";", 1)[0]
-    return messages.normalize_lang(tag)
+    return lang_of(headers.get(b"accept-language", b"").decode("latin-1"))
 
 
 class Guard:
