@@ -7,7 +7,8 @@ Starts the real server (`python -m lab.cli serve`, one process, as a user runs i
 connection, sending edits (`POST /api/workspace`, one field changed per request, the workspace
 with its growing undo history sent back each time, as the page does) until `--requests` answers
 have come back in all, or `--max-seconds` have passed. Reports requests/s, latency p50/p90/p99/max,
-errors, and the server's RSS (VmRSS) after warm-up, at the end and at its peak.
+errors, the server's CPU time per request (utime + stime: what one request costs, however busy
+the machine is), and its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak.
 Goal: edit p99 ≤ 100 ms at 20 clients on 2 cores, with RSS flat. Exit 1 on any error, any request
 slower than --hang-seconds, or when the time bound cut the run short.
 """
@@ -49,6 +50,13 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds (what it computed, whatever else ran on the machine)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -143,6 +151,7 @@ def main() -> int:
         w = Client(0, port, warm)
         w.run()
         rss_start = rss_mib(server.pid)
+        cpu_start = cpu_seconds(server.pid)
         peak = [rss_start]
         stop = threading.Event()
 
@@ -162,6 +171,7 @@ def main() -> int:
         wall = time.monotonic() - t0
         stop.set()
         rss_end = rss_mib(server.pid)
+        cpu = cpu_seconds(server.pid) - cpu_start
     finally:
         server.terminate()
         server.wait(10)
@@ -175,7 +185,9 @@ def main() -> int:
         "latency_ms": {"p50": round(1000 * statistics.median(lat), 1), "p90": round(1000 * percentile(lat, 0.9), 1),
                        "p99": round(1000 * percentile(lat, 0.99), 1), "max": round(1000 * max(lat), 1)},
         "errors": len(errors), "error_samples": errors[:5], "hung": hung, "cut_short": budget.cut_short,
-        "rss_mib": {"after_warmup": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(max(peak), 1)},
+        "server_cpu_ms_per_request": round(1000 * cpu / max(1, len(lat)), 2),
+        "rss_mib": {"after_warmup": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(max(peak), 1),
+                    "quartiles": [round(peak[min(len(peak) - 1, len(peak) * q // 4)], 1) for q in range(1, 5)]},
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                     "load_avg_at_start": os.getloadavg()[0]},
     }

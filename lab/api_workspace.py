@@ -335,7 +335,9 @@ def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
         new = _apply(ws, req.action)
     except ChangeError as exc:
         return _error(422, ["body", "action", exc.field], exc.message)
-    return localized(view(new, _last_change(req.action.type, ws, new)), req.lang)
+    # A JSONResponse, not the dict: FastAPI would run jsonable_encoder over the whole answer, which
+    # costs more than computing it. Every value here is already JSON (model_dump(mode="json")).
+    return JSONResponse(localized(view(new, _last_change(req.action.type, ws, new)), req.lang))
 
 
 def check_workspace(ws: Workspace, lang: str) -> None:

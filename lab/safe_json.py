@@ -97,7 +97,7 @@ def check_tree(data: Any, max_depth: int = MAX_DEPTH) -> None:
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included (unrolled: fast)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
 
