@@ -161,7 +161,9 @@ def test_train_run_before_the_head_is_up_waits_for_it_and_then_submits(tmp_path)
             env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         out, _ = train.communicate(timeout=450)
         assert train.returncode == 0, out[-4000:]
-        assert "Ray is not ready to take the job yet" in out
+        waits = [line for line in out.splitlines() if "Ray is not ready to take the job yet" in line]
+        print("\n".join(waits[:2] + waits[-2:]))  # shown with pytest -s
+        assert waits
         assert any(line.startswith("SLIME_FAKE_TRAIN ") for line in out.splitlines())
     finally:
         if train.poll() is None:
