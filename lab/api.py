@@ -9,21 +9,22 @@ POST /api/share         {"experiment": {...}} -> {"link": "..."}
 POST /api/share/open    {"link": "..."}       -> {"choices": {...}}
 
 Bad input is a 4xx with field-level messages: {"detail": [{"loc": [...], "msg": ...}, ...]}.
-Bodies are read with a byte cap, so a chunked body (no Content-Length, which the app's
-middleware checks) cannot grow past the limit either: 413.
+Every body is read by lab/body.py: a byte cap that holds for chunked bodies too (413), a strict
+JSON reader (400 naming the position or field), then the model (422), messages in the request's
+language (Accept-Language).
 """
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
+from lab.body import MAX_BODY_BYTES, read_json, request_lang
+from lab.body import error as body_error
 from lab.experiment import Experiment, experiment_schema
 
-MAX_BODY_BYTES = 1_000_000  # the same cap as lab/app.py's middleware
+__all__ = ["MAX_BODY_BYTES", "read_body", "router"]
 
 router = APIRouter(prefix="/api", tags=["lab"])
 M = TypeVar("M", bound=BaseModel)
@@ -61,34 +62,21 @@ def _error(status: int, loc: list[Any], msg: str) -> HTTPException:
 
 
 async def read_body(request: Request, model: type[M]) -> M:
-    """Read at most MAX_BODY_BYTES (413 beyond), parse JSON (400), validate into `model` (422)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise _error(413, ["body"], f"request body is larger than {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
-    raw = b"".join(chunks)
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" at line {exc.lineno}, column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else ""
-        raise _error(400, ["body"], f"not valid JSON{where}: {getattr(exc, 'msg', exc)}") from None
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        errors = [{"loc": ["body", *err["loc"]], "msg": err["msg"], "type": err["type"]} for err in exc.errors()]
-        raise RequestValidationError(errors) from None
+    """The one body reader (lab/body.py): 413 beyond the cap, 400 for bad JSON, 422 for bad fields."""
+    return await read_json(request, model)
 
 
-def _known_recipe(exp: Experiment) -> None:
-    from lab.recipes import RecipeError, get_recipe
+def known_recipe(name: str, loc: list[Any], lang: str) -> None:
+    """422 naming `loc` when `name` is not a recipe (rendering, deriving and drawing need one)."""
+    from lab.recipes import all_recipes
 
-    try:
-        get_recipe(exp.model.recipe)
-    except RecipeError as exc:
-        raise _error(422, ["body", "experiment", "model", "recipe"], str(exc)) from None
+    recipes = all_recipes()
+    if name not in recipes:
+        raise body_error(422, loc, "input.unknown_recipe", {"name": name, "choices": ", ".join(recipes)}, lang)
+
+
+def _known_recipe(exp: Experiment, request: Request) -> None:
+    known_recipe(exp.model.recipe, ["body", "experiment", "model", "recipe"], request_lang(request))
 
 
 @router.get("/recipes")
@@ -115,7 +103,7 @@ async def validate(request: Request) -> ValidateResponse:
     from lab import rules
 
     body = await read_body(request, ExperimentRequest)
-    _known_recipe(body.experiment)
+    _known_recipe(body.experiment, request)
     findings = rules.validate(body.experiment)
     derived = rules.derive(body.experiment)
     return ValidateResponse(findings=[f.model_dump(mode="json") for f in findings],
@@ -127,7 +115,7 @@ async def render(request: Request) -> RenderResponse:
     from lab.render import render_all
 
     body = await read_body(request, ExperimentRequest)
-    _known_recipe(body.experiment)
+    _known_recipe(body.experiment, request)
     return RenderResponse(files=render_all(body.experiment))
 
 
@@ -149,9 +137,8 @@ async def share_open(request: Request) -> OpenResponse:
     except ImportError:
         raise _error(501, ["body"], "sharing is not available in this build (lab/share.py is missing)") from None
     try:
-        choices = share_mod.decode_link(body.link)
-    except Exception as exc:  # the message names what is wrong with the link
+        sides = share_mod.checked_choices(body.link)
+    except share_mod.ShareError as exc:  # the message names what is wrong with the link
         raise _error(400, ["body", "link"], str(exc)) from None
-    if hasattr(choices, "model_dump"):
-        choices = choices.model_dump(mode="json")
+    choices = sides.get("choices", sides)
     return OpenResponse(choices=choices)

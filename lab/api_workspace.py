@@ -31,11 +31,13 @@ import json
 import math
 from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from lab import rules, workspace
+from lab.body import read_json
 from lab.experiment import Experiment
 from lab.rules import ChangeError
 from lab.workspace import Workspace
@@ -43,6 +45,7 @@ from lab.workspace import Workspace
 router = APIRouter()
 
 MAX_DRAWN_NODES = 64  # beyond this the layout says "… and N more nodes" instead of drawing them
+MAX_DRAWN_ENGINES = 64  # likewise for the boxes of external engines
 
 # The tutorial's initial experiment, adopted by "Use this GRPO starting point" as one change.
 GRPO_STARTING_POINT: dict[str, Any] = {
@@ -88,7 +91,7 @@ def _error(status: int, loc: list[Any], msg: str, key: str | None = None,
            params: dict[str, Any] | None = None) -> JSONResponse:
     detail: dict[str, Any] = {"loc": loc, "msg": msg}
     if key:
-        detail.update(key=key, params=params or {})
+        detail.update(key=key, params=params or {}, type=key)
     return JSONResponse(status_code=status, content={"detail": [detail]})
 
 
@@ -207,42 +210,50 @@ def _ab_diff(ws: Workspace) -> list[Any]:
     return _dump(workspace.ab_diff(ws))
 
 
-def _layout(exp: Experiment, d: Any) -> dict[str, Any]:
+def _layout(exp: Experiment, plan: list[Any]) -> dict[str, Any]:
     """GPU cells by node: which pool owns each GPU and which engine it serves, drawn from the
     runtime's Ray placement plan (the plan `experiment.sh check` prints), so the diagram and the
-    plan are one."""
+    plan are one. Only the first MAX_DRAWN_NODES nodes and MAX_DRAWN_ENGINES external engines are
+    built, so drawing costs what is drawn, not the cluster's size."""
     p = exp.placement
     gpn = p.gpus_per_node
     if gpn <= 0:
-        return {"cpu_only": True, "gpus_per_node": 0, "nodes": [], "external": [], "hidden_nodes": 0}
-    plan = _placement_plan(exp)
+        return {"cpu_only": True, "gpus_per_node": 0, "nodes": [], "external": [], "hidden_nodes": 0,
+                "hidden_engines": 0}
     used: dict[tuple[int, int], list[Any]] = {}  # (node, gpu) -> [role, engine index or null]
-    external: list[int] = []
+    n_external = 0
+    last = -1
     for slot in plan:
         if slot["role"] == "external":
-            external.append(max(p.engine_gpus, 1))
+            n_external += 1
         elif slot["role"] == "trainer" and slot["node"] is not None:
-            for g in slot["gpus"]:
-                used[(slot["node"], g)] = ["train", None]
+            last = max(last, slot["node"])
+            if slot["node"] < MAX_DRAWN_NODES:
+                for g in slot["gpus"]:
+                    used[(slot["node"], g)] = ["train", None]
         elif slot["role"] in ("engine", "prefill", "decode") and slot["node"] is not None:
             span = slot["nodes"] or [slot["node"]]
+            last = max(last, span[-1])
             left = max(p.engine_gpus, 1)
             for node in span:
                 for g in (slot["gpus"] if node == span[0] else range(gpn)):
                     if left <= 0:
                         break
                     left -= 1
+                    if node >= MAX_DRAWN_NODES:
+                        continue
                     was = used.get((node, g))
                     used[(node, g)] = ["shared" if was and was[0] == "train" else "rollout", slot["index"]]
-    last = max((n for n, _ in used), default=-1) + 1
-    count = max(p.nodes, last)
-    nodes = [[used.get((n, g), ["idle", None]) for g in range(gpn)] for n in range(count)]
+    count = max(p.nodes, last + 1)
+    drawn = min(count, MAX_DRAWN_NODES)
+    external = [max(p.engine_gpus, 1)] * min(n_external, MAX_DRAWN_ENGINES)
     return {
         "cpu_only": False,
         "gpus_per_node": gpn,
-        "nodes": nodes[:MAX_DRAWN_NODES],
-        "hidden_nodes": max(0, len(nodes) - MAX_DRAWN_NODES),
+        "nodes": [[used.get((n, g), ["idle", None]) for g in range(gpn)] for n in range(drawn)],
+        "hidden_nodes": count - drawn,
         "external": external,
+        "hidden_engines": n_external - len(external),
         "ownership": p.ownership,
     }
 
@@ -275,14 +286,15 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
     files, render_error = _files(exp)
     share_link, share_link_ab = _share_links(ws)
     findings = _dump(rules.validate(exp))
+    plan = _placement_plan(exp)
     return {
         "workspace": ws.model_dump(mode="json"),
         "findings": findings,
         "a_findings": _dump(rules.validate(ws.a)) if ws.a is not None else [],
         "derived": _dump(derived),
         "memory": _memory(exp),
-        "layout": _layout(exp, derived),
-        "placement_plan": _placement_plan(exp),
+        "layout": _layout(exp, plan),
+        "placement_plan": plan,
         "commands": _commands(exp, derived),
         "files": files,
         "render_error": render_error,
@@ -364,13 +376,40 @@ def _recipe_info(exp: Experiment) -> dict[str, Any] | None:
 
 
 @router.post("/api/workspace")
-def post_workspace(req: WorkspaceRequest) -> Any:
+async def post_workspace(request: Request) -> Any:
+    req = await read_json(request, WorkspaceRequest)
     ws = req.workspace if req.workspace is not None else Workspace()
+    check_workspace(ws, req.lang)
+    return await run_in_threadpool(_answer, ws, req)
+
+
+def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
     try:
         new = _apply(ws, req.action)
     except ChangeError as exc:
         return _error(422, ["body", "action", exc.field], _error_text(exc, req.lang), exc.key, exc.params)
-    return localized(view(new, _last_change(req.action.type, ws, new)), req.lang)
+    # A JSONResponse, not the dict: FastAPI would run jsonable_encoder over the whole answer, which
+    # costs more than computing it. Every value here is already JSON (model_dump(mode="json")).
+    return JSONResponse(localized(view(new, _last_change(req.action.type, ws, new)), req.lang))
+
+
+def check_workspace(ws: Workspace, lang: str) -> None:
+    """What the model alone cannot refuse in a stored workspace: a recipe this lab does not have
+    (nothing can be derived or drawn for it) and history entries naming unknown fields (undo could
+    not apply them). 422 naming the place."""
+    from lab.api import known_recipe
+    from lab.body import error
+    from lab.experiment import LEAF_FIELDS
+
+    known_recipe(ws.b.model.recipe, ["body", "workspace", "b", "model", "recipe"], lang)
+    if ws.a is not None:
+        known_recipe(ws.a.model.recipe, ["body", "workspace", "a", "model", "recipe"], lang)
+    for side in ("undo", "redo"):
+        for i, entry in enumerate(getattr(ws, side)):
+            for j, change in enumerate(entry.changes):
+                if change.path not in LEAF_FIELDS:
+                    raise error(422, ["body", "workspace", side, i, "changes", j, "path"],
+                                "input.history_path", {"path": change.path}, lang)
 
 
 def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:

@@ -1,34 +1,39 @@
-"""The FastAPI app: wiring only. Rules live in lab/rules.py; routes in lab/api*.py."""
+"""The FastAPI app: wiring only. Rules live in lab/rules.py; routes in lab/api*.py; what every
+request must pass (host, origin, content type, size) and every answer carries (CSP, frame and
+sniffing headers) in lab/guard.py; the one body reader in lab/body.py."""
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from lab import api, api_workspace, docs_route, page
+from lab import api, api_workspace, docs_route, guard, messages, page
+from lab.body import MAX_BODY_BYTES, request_lang
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-MAX_BODY_BYTES = 1_000_000  # an experiment is a few KiB; anything near this is a mistake or abuse
+__all__ = ["MAX_BODY_BYTES", "create_app"]
 
 
-def create_app() -> FastAPI:
-    app = FastAPI(title="slime Quick Start lab", docs_url=None, redoc_url=None)
+def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (), openapi: bool = False) -> FastAPI:
+    """The lab. `host`: the address it is bound to; `allow_hosts`: further host names requests may
+    name (a reverse proxy's); `openapi`: serve /openapi.json (off: the lab's API is for its page)."""
+    app = FastAPI(title="slime Quick Start lab", docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json" if openapi else None)
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):  # type: ignore[no-untyped-def]
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse(
-                status_code=413,
-                content={"detail": [{"loc": ["body"], "msg": f"request body is larger than {MAX_BODY_BYTES} bytes"}]},
-            )
-        return await call_next(request)
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        # A bug must still answer JSON the page can show, never a text body it cannot parse.
+        msg = messages.localize_text("input.internal", {"error": type(exc).__name__}, request_lang(request))
+        return JSONResponse(status_code=500, content={"detail": [{"loc": [], "msg": msg, "type": "input.internal"}]})
 
     app.include_router(api.router)
     app.include_router(api_workspace.router)
     app.include_router(page.router)
     app.include_router(docs_route.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    csp = guard.content_security_policy(page.inline_script_hashes())
+    app.add_middleware(guard.Guard, hosts=guard.allowed_hosts(host, allow_hosts), csp=csp)
     return app

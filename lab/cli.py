@@ -1,14 +1,16 @@
 """`slime-lab`: the Quick Start lab from a terminal. Same functions as the page, same bytes.
 
     slime-lab [--host H] [--port P]             # serve the page on 127.0.0.1:8765
-    slime-lab serve [--host H] [--port P]
+    slime-lab serve [--host H] [--port P] [--allow-host NAME ...] [--openapi]
     slime-lab recipes
     slime-lab render (--model NAME | EXPERIMENT.json) [--set field.path=value ...] -o DIR
     slime-lab validate EXPERIMENT.json          # exit 1 on errors
     slime-lab schema
     slime-lab share EXPERIMENT.json | slime-lab share --open LINK
 
-Exit codes: 0 ok, 1 validation errors (validate), 2 bad input (nothing is written).
+Exit codes: 0 ok, 1 validation errors (validate), 2 bad input (a message, no traceback, nothing
+is written), 3 an internal error (a message naming it; nothing is written either). Files are
+written all or nothing (lab.render.write_files).
 """
 from __future__ import annotations
 
@@ -57,11 +59,15 @@ def parse_set(item: str) -> tuple[str, Any]:
     """"field.path=value": the value as JSON when it parses (8, true, ["a"]), else the raw string."""
     if "=" not in item:
         raise UserError(f"--set {item!r}: expected field.path=value, e.g. --set placement.ownership=colocated")
+    from lab.safe_json import JSONInputError, loads
+
     path, raw = item.split("=", 1)
     path = path.strip()
     try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
+        value = loads(raw)
+    except JSONInputError as exc:
+        if exc.key != "input.not_json":  # NaN, 1e999, a 5,000-digit number: refused, not taken as text
+            raise UserError(f"--set {path}: {exc}") from None
         value = raw
     return path, value
 
@@ -99,11 +105,19 @@ def build_experiment(model: str | None, source: str | None, sets: Sequence[str])
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from lab.app import create_app
+    from lab.guard import WILDCARD_HOSTS
+
+    allow = args.allow_host or []
     url = f"http://{args.host}:{args.port}/"
     print(f"slime-lab: serving the Quick Start lab at {url} (Ctrl-C stops it)", flush=True)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"slime-lab: note: --host {args.host} exposes the lab beyond this machine", file=sys.stderr)
-    uvicorn.run("lab.app:create_app", factory=True, host=args.host, port=args.port, log_level="warning")
+    if args.host in WILDCARD_HOSTS and not allow:
+        print("slime-lab: note: requests must name this machine as 127.0.0.1 or localhost; to open the lab "
+              "under another name or address, add --allow-host NAME", file=sys.stderr)
+    app = create_app(host=args.host, allow_hosts=allow, openapi=args.openapi)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 
@@ -127,7 +141,11 @@ def cmd_render(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise UserError(f"-o {args.output}: exists and is not a directory")
-    for path in write_files(files, out):
+    try:
+        written = write_files(files, out)  # all or nothing
+    except OSError as exc:
+        raise UserError(f"-o {args.output}: cannot write the files ({exc.strerror or exc}); nothing was changed") from None
+    for path in written:
         print(path)
     errors = [f for f in json.loads(files["experiment.json"])["findings"] if f["level"] == "error"]
     if errors:
@@ -192,12 +210,10 @@ def cmd_share(args: argparse.Namespace) -> int:
         if args.experiment is not None:
             raise UserError("give either EXPERIMENT.json or --open LINK, not both")
         try:
-            choices = share.decode_link(args.open)
-        except Exception as exc:
+            sides = share.checked_choices(args.open)
+        except share.ShareError as exc:
             raise UserError(f"--open: {exc}") from None
-        if hasattr(choices, "model_dump"):
-            choices = choices.model_dump(mode="json")
-        print(json.dumps(choices, indent=2, sort_keys=True))
+        print(json.dumps(sides.get("choices", sides), indent=2, sort_keys=True, allow_nan=False))
         return 0
     if args.experiment is None:
         raise UserError("give EXPERIMENT.json to make a link, or --open LINK to read one")
@@ -212,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve the page (default: 127.0.0.1:8765)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8765)
+    s.add_argument("--allow-host", action="append", metavar="NAME",
+                   help="also answer requests that name this host (a proxy's name, this machine's address); "
+                        "others are refused, so a web page cannot drive the lab through DNS rebinding")
+    s.add_argument("--openapi", action="store_true", help="serve the API description at /openapi.json")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("recipes", help="list the models (first column: the name --model takes)")
@@ -238,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_import)
     s = sub.add_parser("share", help="make a share link (private fields stripped), or --open one")
     s.add_argument("experiment", nargs="?", help="EXPERIMENT.json")
-    s.add_argument("--open", metavar="LINK", help="print the choices a link carries")
+    s.add_argument("--open", metavar="LINK", help="print the choices a link carries (A/B links: both sides), "
+                                                  "after checking them as the page would")
     s.set_defaults(func=cmd_share)
     return ap
 
@@ -247,13 +268,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # `slime-lab --port 9000` means `slime-lab serve --port 9000`: serving is what a bare call does.
-    if not argv or argv[0].startswith("--host") or argv[0].startswith("--port"):
+    if not argv or argv[0].startswith(("--host", "--port", "--allow-host", "--openapi")):
         argv = ["serve", *argv]
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
         _fail(str(exc))
+    except (KeyboardInterrupt, BrokenPipeError):
+        raise SystemExit(130) from None
+    except Exception as exc:  # noqa: BLE001 - a bug: one line naming it, never a traceback
+        _fail(f"internal error ({type(exc).__name__}: {exc}); nothing was written. Please report it.", code=3)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,13 @@ edit them and the edit is visible in history and in A/B.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Literal
+from typing import Any, ClassVar, Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from lab.text_rule import TextRuleError, check_text
+from slime.limits import MAX_GPUS, MAX_GPUS_PER_ENGINE, MAX_GPUS_PER_NODE, MAX_NODES  # the runtime's own limits
 
 from lab.runtime_choices import advantage_estimators, reward_types
 
@@ -65,6 +69,19 @@ class _Section(BaseModel):
     # Unknown keys are an error, not silently dropped: a typo in a loaded file must be named.
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    # Fields whose value is itself runtime flags: the leading-`-` part of the rule does not apply.
+    _FLAG_WORDS: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _text_rule(cls, v: Any, info: ValidationInfo) -> Any:
+        # One rule for characters (lab/text_rule.py), so no entry point can skip it.
+        try:
+            return check_text(v, allow_dash=info.field_name in cls._FLAG_WORDS)
+        except TextRuleError as exc:
+            raise PydanticCustomError("text_rule", str(exc).replace("{", "{{").replace("}", "}}"),
+                                     {"key": exc.key, "params": exc.params}) from None
+
 
 # --- 1. Task and model -------------------------------------------------------------------------
 
@@ -103,11 +120,11 @@ class Placement(_Section):
         "disaggregated", description="Who owns the rollout GPUs: shared with training, a separate pool, or engines of another deployment.", flags=("--colocate", "--rollout-num-gpus", "--rollout-external-engine-addrs"))
     scheduling: Literal["sync", "async"] = field(
         "sync", description="Synchronous (rollout, train, sync) or fully async (generation in flight across updates).", lab_only="chooses the entry point (train.py or train_async.py), not a flag")
-    nodes: int = field(1, ge=1, le=4096, description="Training nodes (--actor-num-nodes).", flags=("--actor-num-nodes",))
-    gpus_per_node: int = field(8, ge=0, le=64, description="GPUs per node (--actor-num-gpus-per-node, --num-gpus-per-node).", flags=("--actor-num-gpus-per-node", "--num-gpus-per-node"))
-    train_gpus: int = field(4, ge=0, le=262144, description="GPUs of the training pool (N_actor).", flags=("--actor-num-nodes", "--actor-num-gpus-per-node"))
-    rollout_gpus: int = field(4, ge=0, le=262144, description="GPUs of the rollout pool (--rollout-num-gpus).", flags=("--rollout-num-gpus",))
-    engine_gpus: int = field(2, ge=0, le=1024, description="GPUs per rollout engine (--rollout-num-gpus-per-engine).", flags=("--rollout-num-gpus-per-engine",))
+    nodes: int = field(1, ge=1, le=MAX_NODES, description="Training nodes (--actor-num-nodes).", flags=("--actor-num-nodes",))
+    gpus_per_node: int = field(8, ge=0, le=MAX_GPUS_PER_NODE, description="GPUs per node (--actor-num-gpus-per-node, --num-gpus-per-node).", flags=("--actor-num-gpus-per-node", "--num-gpus-per-node"))
+    train_gpus: int = field(4, ge=0, le=MAX_GPUS, description="GPUs of the training pool (N_actor).", flags=("--actor-num-nodes", "--actor-num-gpus-per-node"))
+    rollout_gpus: int = field(4, ge=0, le=MAX_GPUS, description="GPUs of the rollout pool (--rollout-num-gpus).", flags=("--rollout-num-gpus",))
+    engine_gpus: int = field(2, ge=0, le=MAX_GPUS_PER_ENGINE, description="GPUs per rollout engine (--rollout-num-gpus-per-engine).", flags=("--rollout-num-gpus-per-engine",))
     external_engine_addrs: list[str] = private(
         default_factory=list, description="host:port of each external SGLang engine (--rollout-external-engine-addrs).", flags=("--rollout-external-engine-addrs",))
 
@@ -150,8 +167,8 @@ class Corrections(_Section):
 
 class PD(_Section):
     enabled: bool = field(False, description="Prefill/decode disaggregation with Mooncake KV transfer.", flags=("--sglang-config",))
-    prefill_engines: int = field(1, ge=0, le=4096, description="Engines in the prefill group.", flags=("--sglang-config",))
-    decode_engines: int = field(1, ge=0, le=4096, description="Engines in the decode group.", flags=("--sglang-config",))
+    prefill_engines: int = field(1, ge=0, le=MAX_GPUS, description="Engines in the prefill group.", flags=("--sglang-config",))
+    decode_engines: int = field(1, ge=0, le=MAX_GPUS, description="Engines in the decode group.", flags=("--sglang-config",))
     rdma_devices: list[str] = private(
         default_factory=list, description="RDMA (InfiniBand) device names for Mooncake, e.g. mlx5_0; from your environment.", flags=("--sglang-disaggregation-ib-device",))
 
@@ -213,6 +230,8 @@ class Evaluation(_Section):
 
 
 class Advanced(_Section):
+    _FLAG_WORDS: ClassVar[frozenset[str]] = frozenset({"extra_flags"})
+
     extra_flags: str = private(
         "", flags=("--*",),
         description="Additional runtime flags no control covers, as shell words (e.g. --eps-clip 0.3); the runtime's "

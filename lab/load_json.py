@@ -14,10 +14,10 @@ bad file never touches the user's experiment or history.
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lab import safe_json
 from lab.experiment import LEAF_FIELDS, SCHEMA_VERSION, set_path
 
 MAX_BYTES = 256 * 1024  # an export is a few KiB; a larger file is not an experiment
@@ -167,7 +167,7 @@ def _migrate_schema1(doc: dict[str, Any]) -> dict[str, Any]:
 
 def parse_document(text: str | bytes) -> LoadedChoices:
     """Parse a Load JSON file. Raises LoadError naming what is wrong; never partial results."""
-    size = len(text.encode("utf-8") if isinstance(text, str) else text)
+    size = len(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
     if size > MAX_BYTES:
         raise LoadError(key="error.load.too_large", params={"size": size, "max": MAX_BYTES})
     if isinstance(text, bytes):
@@ -176,9 +176,10 @@ def parse_document(text: str | bytes) -> LoadedChoices:
         except UnicodeDecodeError as exc:
             raise LoadError(key="error.load.not_utf8", params={"byte": exc.start}) from exc
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LoadError(key="error.load.not_json", params={"line": exc.lineno, "col": exc.colno}) from exc
+        doc = safe_json.loads(text)
+    except safe_json.JSONInputError as exc:
+        raise LoadError(str(exc), field=".".join(str(x) for x in exc.loc) or None, key=exc.key,
+                        params=exc.params) from exc
     if not isinstance(doc, dict):
         raise LoadError(key="error.load.not_object", params={"type": type(doc).__name__})
 

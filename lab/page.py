@@ -9,7 +9,10 @@ comes back from `POST /api/workspace`.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 import types
 import typing
 from functools import lru_cache
@@ -140,6 +143,12 @@ def render_page() -> str:
     if missing:
         raise RuntimeError(f"the page draws no control for {sorted(missing)}")
     return html
+
+
+def inline_script_hashes() -> list[str]:
+    """CSP hashes ('sha256-…') of the page's inline scripts: the policy allows exactly these."""
+    bodies = re.findall(r"<script>(.*?)</script>", render_page(), flags=re.DOTALL)
+    return ["sha256-" + base64.b64encode(hashlib.sha256(b.encode("utf-8")).digest()).decode("ascii") for b in bodies]
 
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)

@@ -31,10 +31,10 @@ from lab.experiment import Experiment
 from lab.recipes import Recipe, RecipeError, get_recipe
 from lab.rules import ChangeError, FieldChange, Finding, validate
 from lab.workspace import Workspace, edit_many
+from slime.limits import MAX_NODES
 
 # Fields a repair must never set: they describe the user's machines.
 NEVER_PROPOSED = frozenset({"serving.pd.rdma_devices", "placement.external_engine_addrs"})
-MAX_NODES = 4096
 
 
 class Requirement(BaseModel):

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from lab.derive import ETP, Derived, derive  # noqa: F401  (re-exported: rules.derive is the contract)
-from lab.experiment import LEAF_FIELDS, Experiment, get_path, iter_field_paths, set_path
+from lab.experiment import EXTRA_FLAGS_PATH, LEAF_FIELDS, Experiment, get_path, iter_field_paths, set_path
 from lab.model_spec import ModelSpecError, spec_for_recipe
 from lab.recipes import Recipe, RecipeError, all_recipes, get_recipe
 from lab.findings import Finding
@@ -84,11 +84,14 @@ def _range_text(path: str) -> str:
 
 
 def check_text(path: str, value: Any) -> None:
-    """Reject NUL and newline characters in a string (or list of strings) value."""
-    items = value if isinstance(value, list) else [value]
-    for item in items:
-        if isinstance(item, str) and any(c in item for c in ("\x00", "\n", "\r")):
-            raise ChangeError(path, key="error.single_line")
+    """The one character rule (lab/text_rule.py) as a ChangeError naming `path`."""
+    from lab.text_rule import TextRuleError
+    from lab.text_rule import check_text as rule
+
+    try:
+        rule(value, allow_dash=path == EXTRA_FLAGS_PATH)
+    except TextRuleError as exc:
+        raise ChangeError(path, key=exc.key, params=exc.params) from None
 
 
 def unknown_field_error(path: str) -> ChangeError:
@@ -309,7 +312,7 @@ def apply_change(exp: Experiment, path: str, value: Any) -> tuple[Experiment, li
     if path not in LEAF_FIELDS:
         raise unknown_field_error(path)
     check_text(path, value)
-    if path == "model.recipe" and value not in all_recipes():
+    if path == "model.recipe" and (not isinstance(value, str) or value not in all_recipes()):
         raise ChangeError(path, key="error.unknown_model", params={"value": repr(value), "choices": ", ".join(all_recipes())})
     data = exp.model_dump(mode="json")
     old_data = exp.model_dump(mode="json")

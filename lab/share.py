@@ -16,6 +16,7 @@ import json
 import zlib
 from typing import Any
 
+from lab import safe_json
 from lab.experiment import PRIVATE_FIELDS, SCHEMA_VERSION, Experiment, get_path
 from lab.workspace import LEAF_ORDER, Workspace, apply_choices, flatten_choices
 
@@ -100,9 +101,13 @@ def _envelope(link_or_token: str) -> dict[str, Any]:
         raw = inflater.decompress(packed, MAX_JSON_BYTES)
         if inflater.unconsumed_tail:
             raise ShareError(key="error.share.too_large")
-        envelope = json.loads(raw.decode("utf-8"))
+        envelope = safe_json.loads(raw)
     except ShareError:
         raise
+    except safe_json.JSONInputError as exc:
+        if exc.key == "input.not_json":  # bytes that are not JSON: a truncated or edited link
+            raise ShareError(key="error.share.corrupt") from exc
+        raise ShareError(f"share link is corrupt: {exc}", key=exc.key, params=exc.params) from exc
     except (binascii.Error, ValueError, zlib.error, UnicodeDecodeError) as exc:
         if bare:
             raise ShareError(key="error.share.not_link") from exc
@@ -133,7 +138,8 @@ def decode_link(link_or_token: str) -> dict[str, Any]:
     env = _envelope(link_or_token)
     if "choices" not in env:
         if "a" in env and "b" in env:
-            raise ShareError("this is an A/B share link; open it with decode_ab_link / open_share_link")
+            raise ShareError("this is an A/B share link: it carries two experiments, A and B; open it on the page, "
+                             "or print both with: slime-lab share --open LINK")
         raise ShareError("share link is corrupt: no choices")
     return _check_side(env["choices"], "choices")
 
@@ -162,3 +168,19 @@ def open_share_link(ws: Workspace, link_or_token: str) -> Workspace:
         opened = apply_choices(ws, b_choices, "open share link (B)")
         return opened.model_copy(update={"a": a_side})
     return apply_choices(ws, decode_link(link_or_token), "open share link")
+
+
+def checked_choices(link_or_token: str) -> dict[str, Any]:
+    """What a link carries, each side checked as the page would open it (a value the model refuses,
+    e.g. nodes -1, is a ShareError naming the field): {"choices": ...}, or {"a": ..., "b": ...}."""
+    from lab.rules import ChangeError
+
+    sides = dict(zip("ab", decode_ab_link(link_or_token))) if is_ab_link(link_or_token) else \
+        {"choices": decode_link(link_or_token)}
+    for side, choices in sides.items():
+        try:
+            apply_choices(Workspace(), choices, "check share link")
+        except ChangeError as exc:
+            where = "" if side == "choices" else f"side {side.upper()}: "
+            raise ShareError(f"share link holds a value this lab refuses: {where}{exc}") from exc
+    return sides

@@ -19,6 +19,7 @@ from slime.config import (BatchConfig, ClusterConfig, Config, DataConfig, EvalCo
                           LossConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig,
                           SamplingConfig, SyncConfig)
 from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
+from slime.limits import cluster_size_errors
 
 # Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
 MEGATRON_FLAGS = {
@@ -445,6 +446,8 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
         e.append("train_async.py keeps generation in flight while training, which needs separate pools: "
                  "drop --colocate (or use train.py)")
     c = cfg.cluster
+    e.extend(cluster_size_errors(c.actor_num_nodes, c.actor_num_gpus_per_node, c.num_gpus_per_node,
+                                 c.rollout_num_gpus, c.rollout_num_gpus_per_engine))
     if c.external:
         if c.colocate:
             e.append("--rollout-external-engine-addrs with --colocate: external engines run on GPUs slime does "

@@ -91,7 +91,9 @@ def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = T
         from slime.ray.runtime import PreflightError, preflight
 
         try:
-            preflight(cfg)  # validate() + data, hooks, checkpoints, external engines, SGLang translation
+            # validate() + data, checkpoints, external engines, SGLang translation; hooks are located
+            # by `check` on disk, never imported here (a dry run executes nothing of the user's)
+            preflight(cfg, load_hooks=False)
         except PreflightError as e:
             out.errors = list(e.problems)
     else:

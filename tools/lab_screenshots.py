@@ -50,7 +50,7 @@ def _workspace(edits: dict) -> dict:
 
     from lab.app import create_app
 
-    c = TestClient(create_app())
+    c = TestClient(create_app(), base_url="http://127.0.0.1")
     ws = c.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
     for path, value in edits.items():  # one edit at a time, as a user clicks (dependent changes apply)
         r = c.post("/api/workspace", json={"workspace": ws, "action": {"type": "edit", "path": path, "value": value}})

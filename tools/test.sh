@@ -17,7 +17,7 @@ echo "== installing slime with the test extra"
 "$PY" -m pip install -q -e ".[test]"
 
 # Debian's Chromium drives the browser tests (Playwright cannot download browsers here) and
-# shellcheck checks every generated script. Install them when missing and when we may.
+# the shellcheck tool checks every generated script. Install them when missing and when we may.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
@@ -31,5 +31,17 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# Lint the whole tree (rules and exclusions: [tool.ruff] in pyproject.toml). A finding fails the
+# run, after the tests have run, so one report shows both. `ruff check --fix .` fixes import order.
+echo "== lint: ruff check ."
+lint=0
+"$PY" -m ruff check . || lint=$?
+
 echo "== running the tests"
-exec "$PY" -m pytest "$@"
+rc=0
+"$PY" -m pytest "$@" || rc=$?
+if ((lint)); then
+  echo "!! ruff check . found problems (listed above)" >&2
+  exit $((rc ? rc : 1))
+fi
+exit "$rc"

@@ -137,14 +137,30 @@ def render_all(exp: Experiment) -> dict[str, str]:
 
 
 def write_files(files: dict[str, str], out_dir: str | os.PathLike[str]) -> list[Path]:
-    """Write rendered files into out_dir (created); shell scripts are made executable."""
+    """Write rendered files into out_dir (created); shell scripts are made executable.
+
+    All or nothing: every file is first written to a temporary file beside its target, and only
+    when all of them are complete are they renamed into place (a rename is atomic), so a failure
+    half-way never leaves a partial or 0-byte file, nor a mix of old and new files."""
+    import tempfile
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in sorted(files):
-        path = out / name
-        path.write_text(files[name], encoding="utf-8", newline="\n")
-        if name in EXECUTABLE:
-            path.chmod(0o755)
-        written.append(path)
-    return written
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name in sorted(files):
+            data = files[name].encode("utf-8")  # fails before any file is touched on unencodable text
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+            staged.append((Path(tmp), out / name))
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o755 if name in EXECUTABLE else 0o644)
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
+    return [path for _, path in staged]

@@ -70,13 +70,20 @@ async function request(action, ws) {
   try {
     const res = await fetch("/api/workspace", {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers: { "content-type": "application/json", "accept-language": state.lang },
       body: JSON.stringify({ workspace: ws, action, lang: state.lang }),
     });
-    return { ok: res.ok, data: await res.json() };
+    return { ok: res.ok, data: await readAnswer(res) };
   } catch (e) {
     return { ok: false, data: { detail: [{ loc: [], msg: String(e) }] } };
   }
+}
+
+// The API answers JSON, errors included; anything else (a proxy's page, a cut connection) is shown
+// as the HTTP status in words, never as a parser error.
+async function readAnswer(res) {
+  const text = await res.text();
+  try { return JSON.parse(text); } catch { return { detail: [{ loc: [], msg: tr("error_http", { status: res.status }) }] }; }
 }
 
 function receive({ ok, data }, errorPrefix = "") {

@@ -25,7 +25,8 @@ export function drawLayout(L) {
     const engines = L.external.map((size, e) =>
       `<div class="ext-engine"><span class="node-label">${esc(tr("engine", { e }))}</span><div class="gpus">${
         Array.from({ length: Math.min(size, 64) }, () => `<span class="cell external"></span>`).join("")}</div></div>`).join("");
-    ext = `<div class="ext-box"><div class="box-title">${esc(tr("external_box"))}</div>${engines}</div>`;
+    const moreEngines = L.hidden_engines ? `<p class="note">${esc(tr("hidden_engines", { n: L.hidden_engines }))}</p>` : "";
+    ext = `<div class="ext-box"><div class="box-title">${esc(tr("external_box"))}</div>${engines}${moreEngines}</div>`;
   }
   box.innerHTML = `<div class="ray-box"><div class="box-title">${esc(tr("ray_box"))}</div>${nodes}${more}</div>${ext}`;
   box.dataset.ownership = L.ownership || "";

@@ -20,8 +20,11 @@ class PreflightError(SystemExit):
         super().__init__("slime: cannot start:\n  - " + "\n  - ".join(problems))
 
 
-def preflight(cfg: Config) -> dict[str, Any]:
-    """Validate flags, data, hooks and checkpoints. Returns the resume state (or {})."""
+def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
+    """Validate flags, data, hooks and checkpoints. Returns the resume state (or {}).
+
+    `load_hooks=False` (the dry run behind `experiment.sh check`) imports no hook module: checking
+    must execute nothing of the user's; `check` locates hook files on disk instead."""
     from slime.args import validate
     from slime.backends.embedded.capabilities import ignored_sglang_flags
     from slime.checkpoint import CheckpointError, resolve_checkpoint
@@ -40,14 +43,15 @@ def preflight(cfg: Config) -> dict[str, Any]:
 
         r = cfg.rollout
         if r.custom_rm_path:
-            load_function(r.custom_rm_path, kind="group_reward" if r.group_rm else "reward")
+            if load_hooks:
+                load_function(r.custom_rm_path, kind="group_reward" if r.group_rm else "reward")
         elif r.rm_type:
             from slime.rewards import get_reward_fn
 
             get_reward_fn(r.rm_type)
-        if r.custom_generate_function_path:
+        if r.custom_generate_function_path and load_hooks:
             load_function(r.custom_generate_function_path, kind="generate")
-        if r.dynamic_sampling_filter_path:
+        if r.dynamic_sampling_filter_path and load_hooks:
             load_function(r.dynamic_sampling_filter_path, kind="dynamic_sampling_filter")
     except (HookLoadError, ValueError) as e:
         problems.append(str(e))

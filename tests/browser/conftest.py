@@ -124,11 +124,21 @@ def rev(page) -> int:
     return int(page.evaluate("Number(document.body.dataset.rev || 0)"))
 
 
+def wait_until(page, expr: str, timeout_s: float = 10.0) -> None:
+    """Wait until a JS expression is true. Not page.wait_for_function: it compiles its predicate with
+    eval, which the lab's Content-Security-Policy forbids; page.evaluate is not subject to it."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expr):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for: {expr}")
+        time.sleep(0.02)
+
+
 def act(page, fn) -> None:
     """Run a UI action and wait until the page has drawn the API's answer to it."""
     before = rev(page)
     fn()
-    page.wait_for_function(f"Number(document.body.dataset.rev || 0) > {before}", timeout=10_000)
+    wait_until(page, f"Number(document.body.dataset.rev || 0) > {before}")
 
 
 def reveal(page, path: str) -> None:

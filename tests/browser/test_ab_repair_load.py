@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import act, assert_clean, reveal, wait_until
 
-from conftest import act, assert_clean, reveal
 from lab.recipes import REPO_ROOT
 
 pytestmark = pytest.mark.browser
@@ -105,13 +105,13 @@ def test_a_bad_file_is_named_and_changes_nothing(new_page):
     before = page.evaluate("localStorage.getItem('slime-lab.workspace')")
     page.set_input_files("#load-json", files=[
         {"name": "broken.json", "mimeType": "application/json", "buffer": b'{"placement": {"ownrship": "external"}}'}])
-    page.wait_for_function("document.querySelector('#error').textContent.includes('broken.json')")
+    wait_until(page, "document.querySelector('#error').textContent.includes('broken.json')")
     msg = page.locator("#error").inner_text()
     assert "broken.json" in msg and "ownrship" in msg and "unknown field" in msg
     assert page.evaluate("localStorage.getItem('slime-lab.workspace')") == before
     big = b"{" + b" " * (300 * 1024) + b"}"
     page.set_input_files("#load-json", files=[{"name": "huge.json", "mimeType": "application/json", "buffer": big}])
-    page.wait_for_function("document.querySelector('#error').textContent.includes('huge.json')")
+    wait_until(page, "document.querySelector('#error').textContent.includes('huge.json')")
     assert "bytes" in page.locator("#error").inner_text()
     assert page.evaluate("localStorage.getItem('slime-lab.workspace')") == before and value(page, "task.num_rollout") == "5"
     page.lab.errors.clear()  # the 422 of the first file is logged by Chromium as a failed resource load

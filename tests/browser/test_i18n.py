@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import assert_clean, wait_until
 
-from conftest import assert_clean
 from lab.experiment import LEAF_FIELDS
 
 LOCALES = Path(__file__).resolve().parents[2] / "lab" / "static" / "locales"
@@ -85,7 +85,7 @@ def test_language_switch_is_remembered(new_page):
     page = new_page()
     assert page.evaluate("document.documentElement.lang") == "en"
     page.select_option("#lang", "zh")
-    page.wait_for_function("document.documentElement.lang === 'zh-CN'")
+    wait_until(page, "document.documentElement.lang === 'zh-CN'")
     assert page.locator('label[for="f-placement-ownership"]').inner_text() == "GPU 归属"
     page.reload()
     page.wait_for_selector("body[data-ready='1']")

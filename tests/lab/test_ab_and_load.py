@@ -181,7 +181,7 @@ def test_the_page_language_localizes_findings_and_repairs_but_not_the_workspace_
 
     exp, _ = apply_change(new_experiment("glm4.7-flash"), "serving.pd.enabled", True)
     body = {"workspace": W.Workspace(b=exp).model_dump(mode="json"), "action": {"type": "view"}}
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
     en = client.post("/api/workspace", json=body).json()
     zh = client.post("/api/workspace", json={**body, "lang": "zh"}).json()
     assert en["repairs"][0]["id"] == zh["repairs"][0]["id"] and en["repairs"][0]["title"] != zh["repairs"][0]["title"]

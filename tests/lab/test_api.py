@@ -13,7 +13,7 @@ from lab.rules import apply_change, new_experiment
 
 @pytest.fixture(scope="module")
 def client() -> TestClient:
-    return TestClient(create_app())
+    return TestClient(create_app(), base_url="http://127.0.0.1")
 
 
 def body(exp) -> dict:

@@ -12,7 +12,7 @@ from lab.recipes import all_recipes
 
 
 def _view(edits: dict | None = None) -> dict:
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
     v = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()
     if edits:
         v = client.post("/api/workspace", json={"workspace": v["workspace"],
@@ -62,7 +62,7 @@ def test_every_recipe_carries_its_summary_and_notes_in_chinese_and_the_api_sends
         zh = recipe.translations.get("zh")
         assert zh is not None and zh.summary, f"{name}: no Chinese summary"
         assert len(zh.notes) == len(recipe.notes), f"{name}: the Chinese notes do not match the English ones"
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
     body = {"workspace": None, "action": {"type": "edit", "path": "model.recipe", "value": "glm5.3"}, "lang": "zh"}
     r = client.post("/api/workspace", json=body).json()["recipe"]
     assert r["summary"] == all_recipes()["glm5.3"].translations["zh"].summary and "稀疏注意力" in r["summary"]
@@ -70,13 +70,13 @@ def test_every_recipe_carries_its_summary_and_notes_in_chinese_and_the_api_sends
 
 
 def test_server_errors_are_ids_with_parameters_localised_at_the_api_edge():
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
     ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
     cases = [
         ({"type": "edit", "path": "task.n_samples_per_prompt", "value": 0}, "error.range", "超出允许范围"),
         ({"type": "edit", "path": "task.num_rollout", "value": "many"}, "error.wrong_type", "类型错误"),
         ({"type": "edit", "path": "placement.ownrship", "value": "x"}, "error.unknown_field_hint", "未知字段"),
-        ({"type": "load_json", "text": "{not json"}, "error.load.not_json", "不是有效的 JSON"),
+        ({"type": "load_json", "text": "{not json"}, "input.not_json", "不是合法的 JSON"),
         ({"type": "open_share", "link": "https://x/#s=@@@"}, "error.share.corrupt", "分享链接已损坏"),
         ({"type": "restore_a"}, "error.no_a", "尚未保存 A"),
     ]

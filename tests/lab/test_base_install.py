@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "ray", "transformers", "numpy", "megatron", "sglang")
@@ -24,7 +25,7 @@ for name in {HEAVY!r}:
     sys.modules[name] = None
 from fastapi.testclient import TestClient
 from lab.app import create_app
-client = TestClient(create_app())
+client = TestClient(create_app(), base_url="http://127.0.0.1")
 assert client.get("/").status_code == 200
 assert "<math" in client.get("/docs/en/corrections.md").text
 view = client.post("/api/workspace", json={{"workspace": None, "action": {{"type": "view"}}}})

@@ -252,3 +252,79 @@ def test_train_refuses_while_the_lab_found_errors(tmp_path):
     env.pop("SLIME_LAB_ALLOW_ERRORS", None)
     out = run(make_repo(tmp_path, "glm4-9b", resources__tp=3), "train", env=env)
     assert out.returncode == 1 and "PAR-1" in out.stderr and not calls(log)
+
+
+def test_check_finds_hook_modules_without_running_any_of_their_code(tmp_path):
+    """A hook `pkg.sub.fn`: check reads the file system along sys.path; pkg/__init__.py and
+    pkg/sub.py would write a file if imported, and no file appears."""
+    changes = {**inputs(tmp_path), "task__custom_reward_path": "evilpkg.sub.reward",
+               "task__custom_generate_path": "evilpkg.nested.gen.generate"}
+    script = make_repo(tmp_path, "glm4-9b", **changes)
+    create_inputs(tmp_path, script.parent)
+    marker = tmp_path / "EXECUTED"
+    payload = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    pkg = script.parent / "evilpkg"
+    (pkg / "nested").mkdir(parents=True)
+    (pkg / "__init__.py").write_text(payload)
+    (pkg / "sub.py").write_text(payload + "def reward(*a): return 0.0\n")
+    (pkg / "nested" / "__init__.py").write_text(payload)
+    (pkg / "nested" / "gen.py").write_text(payload + "def generate(*a): return None\n")
+    out = run(script, "check")
+    refusals = [line for line in out.stdout.splitlines() if line.startswith("  - ")]
+    assert [r for r in refusals if not any(m in r for m in MACHINE_ONLY)] == [], out.stdout + out.stderr
+    assert "hook" not in out.stdout.replace("hook modules", ""), out.stdout
+    assert not marker.exists(), marker.read_text()
+
+    (pkg / "sub.py").unlink()  # a missing module is still named
+    out = run(script, "check")
+    assert out.returncode == 1 and not marker.exists()
+    assert "reward hook (--custom-rm-path): module evilpkg.sub is not importable here" in out.stdout
+    assert "generate hook" not in out.stdout
+
+
+FLAKY_RAY = """#!/usr/bin/env python3
+import json, os, sys
+state = os.environ["FAKE_STATE"]
+n = int(open(state).read()) if os.path.exists(state) else 0
+open(state, "w").write(str(n + 1))
+with open(os.environ["FAKE_LOG"], "a") as f:
+    f.write(json.dumps({"tool": "ray", "argv": sys.argv[1:]}) + "\\n")
+if n < int(os.environ["FAKE_FAILURES"]):
+    print("RuntimeError: Request failed with status code 500: No available agent to submit job, please try again later.")
+    sys.exit(1)
+if os.environ.get("FAKE_JOB_FAILS"):
+    print("Job 'x' submitted successfully")
+    print("Connection refused (a line of the job's own log)")
+    sys.exit(1)
+"""
+
+
+def flaky_ray(tmp_path: Path, failures: int, **extra: str) -> tuple[dict, Path]:
+    env, log = fake_bin(tmp_path, "ray")
+    (tmp_path / "bin" / "ray").write_text(FLAKY_RAY)
+    return {**env, "FAKE_STATE": str(tmp_path / "state"), "FAKE_FAILURES": str(failures), **extra}, log
+
+
+def test_train_waits_for_rays_job_agent_and_submits_once_it_is_there(tmp_path):
+    env, log = flaky_ray(tmp_path, failures=2)
+    out = run(make_repo(tmp_path, "glm4-9b"), "train", env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+    attempts = calls(log)
+    assert len(attempts) == 3
+    assert out.stdout.count("Ray is not ready to take the job yet (No available agent)") == 2
+    ids = {a["argv"][a["argv"].index("--submission-id") + 1] for a in attempts}
+    assert len(ids) == 1  # every attempt is the same submission: Ray refuses a duplicate
+
+
+def test_train_gives_up_with_a_clear_error_when_the_agent_never_comes(tmp_path):
+    env, log = flaky_ray(tmp_path, failures=1000, SLIME_RAY_SUBMIT_WAIT="4")
+    out = run(make_repo(tmp_path, "glm4-9b"), "train", env=env)
+    assert out.returncode == 1
+    assert "did not accept the job within 4 s (last answer: No available agent)" in out.stderr
+    assert "SLIME_RAY_SUBMIT_WAIT" in out.stderr and 2 <= len(calls(log)) <= 3
+
+
+def test_train_never_resubmits_a_job_that_was_submitted_and_failed(tmp_path):
+    env, log = flaky_ray(tmp_path, failures=0, FAKE_JOB_FAILS="1")
+    out = run(make_repo(tmp_path, "glm4-9b"), "train", env=env)
+    assert out.returncode == 1 and len(calls(log)) == 1

@@ -47,7 +47,7 @@ def test_render_via_cli_equals_render_all_equals_api_bytes(tmp_path):
     out = slime_lab("render", "--model", "glm4-9b", "-o", str(tmp_path / "out"))
     assert out.returncode == 0, out.stderr
     expected = render_all(new_experiment("glm4-9b"))
-    api = TestClient(create_app()).post(
+    api = TestClient(create_app(), base_url="http://127.0.0.1").post(
         "/api/render", json={"experiment": new_experiment("glm4-9b").model_dump(mode="json")}).json()["files"]
     written = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
     assert written == {k: v.encode() for k, v in expected.items()} == {k: v.encode() for k, v in api.items()}
@@ -149,8 +149,21 @@ def test_no_arguments_serves_on_localhost(capsys, monkeypatch):
     seen = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.update(app=app, **kw))
     code, out, _ = main(capsys)
-    assert code == 0 and seen["factory"] is True and seen["app"] == "lab.app:create_app"
-    assert (seen["host"], seen["port"]) == ("127.0.0.1", 8765) and "http://127.0.0.1:8765/" in out
+    assert code == 0 and (seen["host"], seen["port"]) == ("127.0.0.1", 8765) and "http://127.0.0.1:8765/" in out
+    app = TestClient(seen["app"], base_url="http://127.0.0.1:8765")
+    assert app.get("/api/recipes").status_code == 200
+    assert app.get("/api/recipes", headers={"host": "evil.example"}).status_code == 400
+    assert app.get("/openapi.json").status_code == 404
+
+
+def test_allow_host_and_openapi_are_passed_to_the_app(capsys, monkeypatch):
+    seen = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.update(app=app, **kw))
+    code, _, err = main(capsys, "serve", "--host", "0.0.0.0", "--allow-host", "lab.internal", "--openapi")
+    assert code == 0 and seen["host"] == "0.0.0.0" and "beyond this machine" in err
+    app = TestClient(seen["app"], base_url="http://lab.internal")
+    assert app.get("/openapi.json").status_code == 200
+    assert app.get("/api/recipes", headers={"host": "192.0.2.7"}).status_code == 400
 
 
 def test_bare_port_flag_serves_on_that_port(capsys, monkeypatch):

@@ -252,7 +252,7 @@ def test_the_lab_serves_every_docs_page_with_mathml_and_working_links(lang: str)
 
     from lab.app import create_app
 
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
     math_pages = 0
     for page in _pages(EN):
         r = client.get(f"/docs/{lang}/{page}")

@@ -198,7 +198,8 @@ def test_the_pages_layout_diagram_is_the_runtimes_placement_plan(recipe, changes
     exp = new_experiment(recipe)
     for path, value in changes.items():
         exp, _ = apply_change(exp, path, value)
-    layout, plan = _layout(exp, derive(exp)), placement(exp)
+    plan = placement(exp)
+    layout = _layout(exp, plan)
     for slot in plan:
         if slot["role"] == "trainer":
             assert layout["nodes"][slot["node"]][slot["gpus"][0]][0] in ("train", "shared")

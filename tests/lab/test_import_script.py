@@ -94,7 +94,7 @@ def test_page_load_of_a_launch_script_opens_b_against_a_and_a_bad_one_changes_no
 
     from lab.app import create_app
 
-    client = TestClient(create_app())
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
     start = client.post("/api/workspace", json={"action": {"type": "view"}}).json()["workspace"]
     r = client.post("/api/workspace", json={"workspace": start, "action": {
         "type": "import_script", "text": (FIXTURES / "run-glm4.5-355B-A32B-pd.sh").read_text()}})

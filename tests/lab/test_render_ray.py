@@ -127,3 +127,48 @@ def test_rendered_train_submits_a_job_to_a_real_ray_head_with_token_auth(ray_hea
     assert job["PYTHONPATH"] == str(repo) and job["PYTHONUNBUFFERED"] == "1"
     assert job["argv"][job["argv"].index("--train-backend") + 1] == "embedded"
     assert job["argv"][job["argv"].index("--num-layers") + 1] == "2"  # MODEL_ARGS travelled too
+
+
+def test_train_run_before_the_head_is_up_waits_for_it_and_then_submits(tmp_path):
+    """`train` issued while Ray is still coming up (connection refused, then no job agent) waits with a
+    message and submits once the head accepts jobs: the README's `ray start` + `train` on a busy machine."""
+    if shutil.which("ray") is None:
+        pytest.skip("ray is not installed (pip install 'ray[default]')")
+    home = Path(tempfile.mkdtemp(prefix="slw-", dir="/tmp"))
+    env = {**os.environ, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0"}
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+        env.pop(key, None)
+    gcs, dash, client, agent_http, agent_grpc, metrics, rtenv, nm, om = free_ports(9)
+    repo = tmp_path / "repo"
+    write_files(render_all(new_experiment("tiny-cpu")), repo)
+    spec = get_recipe("tiny-cpu").model_spec
+    (repo / spec).parent.mkdir(parents=True)
+    (repo / spec).write_text((REPO_ROOT / spec).read_text())
+    (repo / "train.py").write_text(FAKE_TRAIN)
+    train = subprocess.Popen(["bash", str(repo / "experiment.sh"), "train"], cwd=repo, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={**env, "RAY_DASHBOARD": f"http://127.0.0.1:{dash}", "SLIME_RAY_SUBMIT_WAIT": "400"})
+    head = None
+    try:
+        time.sleep(4)  # train is now retrying against a head that does not exist yet
+        head = subprocess.Popen(
+            ["ray", "start", "--head", "--node-ip-address", "127.0.0.1", "--dashboard-host", "127.0.0.1",
+             "--num-cpus", "1", "--num-gpus", "0", "--port", str(gcs), "--dashboard-port", str(dash),
+             "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent_http),
+             "--dashboard-agent-grpc-port", str(agent_grpc), "--metrics-export-port", str(metrics),
+             "--runtime-env-agent-port", str(rtenv), "--node-manager-port", str(nm), "--object-manager-port", str(om),
+             "--temp-dir", str(home / "ray"), "--disable-usage-stats"],
+            env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        out, _ = train.communicate(timeout=450)
+        assert train.returncode == 0, out[-4000:]
+        waits = [line for line in out.splitlines() if "Ray is not ready to take the job yet" in line]
+        print("\n".join(waits[:2] + waits[-2:]))  # shown with pytest -s
+        assert waits
+        assert any(line.startswith("SLIME_FAKE_TRAIN ") for line in out.splitlines())
+    finally:
+        if train.poll() is None:
+            train.kill()
+        if head is not None:
+            head.communicate(timeout=120)
+            stop_cluster(head.pid)
+        shutil.rmtree(home, ignore_errors=True)

@@ -39,7 +39,7 @@ def scenario(ownership: str) -> Experiment:
     for path, value in {"placement.ownership": ownership, "precision.rollout": "fp8", "evaluation.enabled": True,
                         "serving.pd.enabled": ownership != "external", "serving.eagle.enabled": True,
                         "serving.eagle.head": "separate", "rollout.queue": True, "task.kind": "custom",
-                        "install.image": "img\n$(touch PWNED)\ntouch PWNED"}.items():
+                        "install.image": "img $(touch PWNED); touch PWNED"}.items():
         set_path(data, path, value)
     return Experiment.model_validate(data)
 

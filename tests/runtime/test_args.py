@@ -76,3 +76,25 @@ def test_bad_flags_stop_before_ray_reserves_anything(tiny):
         preflight(cfg)
     assert "--tensor-model-parallel-size 2" in str(info.value)
     assert ray.is_initialized() == was_up  # preflight never starts Ray
+
+
+def test_cluster_sizes_beyond_the_runtime_limits_are_refused_naming_the_flag():
+    from slime.limits import MAX_GPUS_PER_NODE, MAX_NODES
+
+    cfg = parse_args([*BASE, "--actor-num-nodes", str(MAX_NODES + 1),
+                      "--actor-num-gpus-per-node", str(MAX_GPUS_PER_NODE + 1)])
+    errors = validate(cfg)
+    assert any(x.startswith(f"--actor-num-nodes {MAX_NODES + 1} is outside") for x in errors), errors
+    assert any(x.startswith(f"--actor-num-gpus-per-node {MAX_GPUS_PER_NODE + 1} is outside") for x in errors)
+    assert not any("is outside" in x for x in validate(parse_args(BASE)))
+
+
+def test_the_lab_bounds_nodes_and_gpus_by_the_runtime_limits():
+    from lab.experiment import Experiment
+    from slime import limits
+
+    fields = Experiment.model_fields["placement"].annotation.model_fields
+    bound = {name: next(m.le for m in fields[name].metadata if getattr(m, "le", None) is not None)
+             for name in ("nodes", "gpus_per_node", "train_gpus", "rollout_gpus")}
+    assert bound == {"nodes": limits.MAX_NODES, "gpus_per_node": limits.MAX_GPUS_PER_NODE,
+                     "train_gpus": limits.MAX_GPUS, "rollout_gpus": limits.MAX_GPUS}

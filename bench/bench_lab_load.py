@@ -1,0 +1,201 @@
+"""Load test of the lab server: concurrent clients editing over loopback, bounded in count and time.
+
+    python bench/bench_lab_load.py [--clients 20] [--requests 20000] [--max-seconds 900] [--out FILE]
+
+Starts the real server (`python -m lab.cli serve`, one process, as a user runs it) on a free
+127.0.0.1 port, then runs `--clients` threads, each a user with its own workspace and a keep-alive
+connection, sending edits (`POST /api/workspace`, one field changed per request, the workspace
+with its growing undo history sent back each time, as the page does) until `--requests` answers
+have come back in all, or `--max-seconds` have passed. Reports requests/s, latency p50/p90/p99/max,
+errors, the server's CPU time per request (utime + stime: what one request costs, however busy
+the machine is), and its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak.
+Goal: edit p99 ≤ 100 ms at 20 clients on 2 cores, with RSS flat. Exit 1 on any error, any request
+slower than --hang-seconds, or when the time bound cut the run short.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# Edits a user makes: (field, values cycled through). Each changes the rendered files.
+EDITS = [
+    ("rollout.temperature", [0.7, 0.8, 0.9, 1.0]),
+    ("task.n_samples_per_prompt", [4, 8, 16]),
+    ("placement.ownership", ["colocated", "disaggregated"]),
+    ("rollout.max_response_len", [4096, 8192, 16384]),
+    ("task.num_rollout", [3, 100, 3000]),
+    ("corrections.tis", [True, False]),
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds (what it computed, whatever else ran on the machine)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+class Client(threading.Thread):
+    def __init__(self, index: int, port: int, budget: "Budget") -> None:
+        super().__init__(daemon=True)
+        self.index, self.port, self.budget = index, port, budget
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+
+    def post(self, conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict]:
+        raw = json.dumps(body).encode()
+        conn.request("POST", "/api/workspace", body=raw, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+
+    def run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.budget.hang_s)
+        try:
+            status, data = self.post(conn, {"workspace": None, "action": {"type": "view"}})
+            ws = data["workspace"]
+            k = self.index
+            while self.budget.take():
+                field, values = EDITS[k % len(EDITS)]
+                value = values[(k // len(EDITS) + self.index) % len(values)]
+                k += 1
+                t = time.perf_counter()
+                status, data = self.post(conn, {"workspace": ws, "action": {"type": "edit", "path": field, "value": value}})
+                self.latencies.append(time.perf_counter() - t)
+                if status != 200:
+                    self.errors.append(f"{status}: {json.dumps(data)[:200]}")
+                    continue
+                ws = data["workspace"]
+        except Exception as exc:  # noqa: BLE001 - counted and reported
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+        finally:
+            conn.close()
+
+
+class Budget:
+    """At most `requests` requests in all, none started after `deadline`."""
+
+    def __init__(self, requests: int, max_seconds: float, hang_s: float) -> None:
+        self.left = requests
+        self.deadline = time.monotonic() + max_seconds
+        self.hang_s = hang_s
+        self.cut_short = False
+        self.lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self.lock:
+            if time.monotonic() > self.deadline:
+                self.cut_short = self.left > 0
+                return False
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            return True
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=20)
+    ap.add_argument("--requests", type=int, default=20_000)
+    ap.add_argument("--max-seconds", type=float, default=900)
+    ap.add_argument("--hang-seconds", type=float, default=10)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab_load.json"))
+    args = ap.parse_args()
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen([sys.executable, "-m", "lab.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/api/recipes")
+                if c.getresponse().status == 200:
+                    break
+            except OSError as exc:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise SystemExit("the lab server did not start: " + server.stderr.read().decode()[-2000:]) from exc
+                time.sleep(0.2)
+        # Warm-up: every edit once (imports, caches), then the baseline RSS.
+        warm = Budget(len(EDITS) * 3, 120, args.hang_seconds)
+        w = Client(0, port, warm)
+        w.run()
+        rss_start = rss_mib(server.pid)
+        cpu_start = cpu_seconds(server.pid)
+        peak = [rss_start]
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.wait(0.5):
+                peak.append(rss_mib(server.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        budget = Budget(args.requests, args.max_seconds, args.hang_seconds)
+        clients = [Client(i, port, budget) for i in range(args.clients)]
+        t0 = time.monotonic()
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(args.max_seconds + 2 * args.hang_seconds)
+        wall = time.monotonic() - t0
+        stop.set()
+        rss_end = rss_mib(server.pid)
+        cpu = cpu_seconds(server.pid) - cpu_start
+    finally:
+        server.terminate()
+        server.wait(10)
+
+    lat = [x for c in clients for x in c.latencies]
+    errors = [e for c in clients for e in c.errors]
+    hung = sum(x > args.hang_seconds for x in lat) + sum("timed out" in e for e in errors)
+    result = {
+        "clients": args.clients, "requests": len(lat), "seconds": round(wall, 1),
+        "requests_per_s": round(len(lat) / wall, 1),
+        "latency_ms": {"p50": round(1000 * statistics.median(lat), 1), "p90": round(1000 * percentile(lat, 0.9), 1),
+                       "p99": round(1000 * percentile(lat, 0.99), 1), "max": round(1000 * max(lat), 1)},
+        "errors": len(errors), "error_samples": errors[:5], "hung": hung, "cut_short": budget.cut_short,
+        "server_cpu_ms_per_request": round(1000 * cpu / max(1, len(lat)), 2),
+        "rss_mib": {"after_warmup": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(max(peak), 1),
+                    "quartiles": [round(peak[min(len(peak) - 1, len(peak) * q // 4)], 1) for q in range(1, 5)]},
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                    "load_avg_at_start": os.getloadavg()[0]},
+    }
+    print(json.dumps(result, indent=2))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 1 if errors or hung or budget.cut_short else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

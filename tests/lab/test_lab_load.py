@@ -1,0 +1,25 @@
+"""The load bench in its short form (CI): concurrent clients over loopback get only 200s, none hangs,
+and the server's memory stays flat. The full run (20 clients, 20,000 requests) is in docs/benchmarks.md."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.recipes import REPO_ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def test_concurrent_editors_get_answers_without_errors_hangs_or_memory_growth(tmp_path):
+    out = tmp_path / "load.json"
+    p = subprocess.run([sys.executable, str(REPO_ROOT / "bench" / "bench_lab_load.py"), "--clients", "5",
+                        "--requests", "300", "--max-seconds", "200", "--out", str(out)],
+                       capture_output=True, text=True, timeout=280)
+    result = json.loads(Path(out).read_text())
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    assert result["requests"] == 300 and result["errors"] == 0 and result["hung"] == 0
+    assert result["rss_mib"]["peak"] - result["rss_mib"]["after_warmup"] < 64, result["rss_mib"]
