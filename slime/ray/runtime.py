@@ -42,9 +42,9 @@ def preflight(cfg: Config) -> dict[str, Any]:
         if r.custom_rm_path:
             load_function(r.custom_rm_path, kind="group_reward" if r.group_rm else "reward")
         elif r.rm_type:
-            from slime.rewards import get_reward_fn
+            from slime.rewards import make_reward_fn
 
-            get_reward_fn(r.rm_type)
+            make_reward_fn(r.rm_type, r.rm_url, r.rm_timeout, r.rm_max_retries)
         if r.custom_generate_function_path:
             load_function(r.custom_generate_function_path, kind="generate")
         if r.dynamic_sampling_filter_path:
@@ -146,6 +146,7 @@ class Runtime:
         trainers = [TrainerActor.options(**train_pool.options(i)).remote(i, n) for i in range(n)]
         master = ray.get(trainers[0].master_address.remote())
         weights_from = cfg.model.load or cfg.model.ref_load
+        cfg.optim.total_steps = total_rollouts(cfg) * steps_per_rollout(cfg)  # the LR schedule's length
         init = [t.init.remote(master, cfg.model.hf_checkpoint, weights_from, cfg.model.ref_load,
                               cfg.optim, cfg.loss, cfg.batch, cfg.run.seed, cfg.model.load) for t in trainers]
         sglang = c.rollout_backend == "sglang" and not c.external

@@ -146,7 +146,7 @@ def test_random_reward_is_seeded_and_marked_test_only() -> None:
 
 
 def test_unknown_reward_type_lists_builtins() -> None:
-    with pytest.raises(ValueError, match="unknown --rm-type 'mathh'.*boxed_math, deepscaler, f1, math, random"):
+    with pytest.raises(ValueError, match="unknown --rm-type .mathh.*boxed_math, dapo, deepscaler, f1, gpqa, math, random, remote_rm"):
         get_reward_fn("mathh")
     assert set(REWARD_TYPES) == {"deepscaler", "math", "boxed_math", "f1", "random"}
 
