@@ -85,6 +85,7 @@ REWARD_TYPES: dict[str, RewardFn] = {
     "random": random_reward,  # tests only: ignores correctness
 }
 REMOTE_REWARD_TYPES = ("remote_rm",)  # built from --rm-url by make_reward_fn
+BOXED_GRADERS = (deepscaler, boxed_math_reward)  # already grade only the last \\boxed{} answer
 BOXED_PREFIX = "boxed_"
 
 
@@ -113,8 +114,10 @@ def boxed(fn: RewardFn) -> RewardFn:
         answer = last_boxed(solution)
         if answer is None:
             return RewardResult(0.0, "no_answer", has_think)
-        head = response[: len(response) - len(solution)]
         kwargs = {"sample": sample} if getattr(fn, "wants_sample", False) else {}
+        if fn in BOXED_GRADERS:  # they read the last \\boxed{} themselves: same verdict, same reasons
+            return fn(response, label, **kwargs)
+        head = response[: len(response) - len(solution)]
         return fn(head + answer, label, **kwargs)
 
     graded.wants_sample = getattr(fn, "wants_sample", False)  # type: ignore[attr-defined]
