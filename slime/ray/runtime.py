@@ -264,8 +264,7 @@ class Runtime:
         kept, dropped = drop_stale_groups(samples, n, self.version, r.max_weight_staleness)
         while len(kept) < target:
             self.sync_weights()  # fresh groups must come from the weights being trained
-            more, m = self.generate(rollout_id)
-            metrics = {**m, **{k: v for k, v in metrics.items() if k.startswith("perf/")}}
+            more, metrics = self.generate(rollout_id)  # the rollout/ and perf/ figures of what is trained
             kept.extend(more[:target - len(kept)])
         for i, s in enumerate(kept):
             s.group_index = i // n

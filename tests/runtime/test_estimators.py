@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from slime.config import LossConfig as RuntimeLoss  # noqa: E402
 from slime.data.batch_builder import compute_advantages  # noqa: E402
 from slime.training.advantages import kl_value, token_advantages  # noqa: E402
-from slime.training.loss import LossConfig, compute_total_loss, from_runtime, policy_loss, step_denominator  # noqa: E402
+from slime.training.loss import compute_total_loss, from_runtime, policy_loss, step_denominator  # noqa: E402
 
 RATIOS = [1.1, 0.5]
 
