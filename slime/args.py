@@ -527,8 +527,9 @@ def _reward_errors(cfg: Config) -> list[str]:
     remote = (r.rm_type or "").removeprefix("boxed_") == "remote_rm" and not r.custom_rm_path
     if remote and not r.rm_url:
         e.append("--rm-type remote_rm needs --rm-url http://HOST:PORT/PATH (the reward model's endpoint)")
-    if r.rm_url and not remote:
-        e.append("--rm-url is read by --rm-type remote_rm only; add it, or drop --rm-url")
+    if r.rm_url and not remote and not r.custom_rm_path:  # a custom hook reads it as args.rollout.rm_url
+        e.append("--rm-url is read by --rm-type remote_rm (or a --custom-rm-path hook, as args.rollout.rm_url); "
+                 "add one, or drop --rm-url")
     if r.rm_timeout <= 0 or r.rm_max_retries < 0:
         e.append("--rm-timeout must be > 0 and --rm-max-retries >= 0")
     return e

@@ -160,5 +160,5 @@ def test_remote_reward_flags_are_checked_before_start():
 
     base = ["--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--num-rollout", "1"]
     assert any("--rm-type remote_rm needs --rm-url" in m for m in validate(parse_args([*base, "--rm-type", "remote_rm"])))
-    assert any("--rm-url is read by --rm-type remote_rm only" in m
+    assert any("--rm-url is read by --rm-type remote_rm" in m
                for m in validate(parse_args([*base, "--rm-type", "math", "--rm-url", "http://x"])))
