@@ -151,3 +151,29 @@ def test_ppo_without_a_critic_and_kl_coef_with_group_estimators_are_refused():
     cfg = parse_args([*base, "--advantage-estimator", "reinforce_plus_plus", "--kl-coef", "0.1", "--use-kl-loss",
                       "--kl-loss-coef", "0.01", "--normalize-advantages"])
     assert cfg.loss.kl_coef == 0.1 and cfg.loss.use_kl_loss and cfg.loss.normalize_advantages and cfg.loss.needs_ref
+
+
+def test_embedded_trainer_shapes_advantages_with_kl_to_the_reference_and_whitens(tiny):
+    """Wiring: the trainer's own old / reference log-probs feed token_advantages before the step."""
+    from slime.backends.embedded.trainer import EmbeddedTrainer
+    from slime.config import BatchConfig, OptimConfig
+    from slime.data.train_data import TrainRecord
+
+    torch.set_num_threads(1)
+    loss = RuntimeLoss(advantage_estimator="reinforce_plus_plus", kl_coef=0.1, kl_loss_type="k1",
+                       normalize_advantages=True)
+    base = EmbeddedTrainer(str(tiny["model"]), None, None, OptimConfig(lr=1e-3), RuntimeLoss(), BatchConfig())
+    ref = {k: v + 0.05 * torch.randn_like(v, generator=torch.Generator().manual_seed(0)) if v.is_floating_point()
+           else v for k, v in base.named_weights().items()}
+    tr = EmbeddedTrainer(str(tiny["model"]), None, ref, OptimConfig(lr=0.0), loss, BatchConfig(micro_batch_size=2))
+    recs = [TrainRecord([4, 5, 6, 7, 8][: 3 + i % 3], 2, float(i % 2), [-1.0] * (1 + i % 3), [1] * (1 + i % 3))
+            for i in range(4)]
+    old = tr.log_probs(recs)
+    ref_lp = tr.log_probs(recs, use_ref=True)
+    tr.train(recs, 1)
+    want = token_advantages([float(i % 2) for i in range(4)], [r.response_mask for r in recs], old, ref_lp,
+                            "reinforce_plus_plus", 0.1, "k1", True)
+    for r, w in zip(recs, want):
+        assert r.token_advantages == pytest.approx(w, abs=1e-5)
+    flat = [a for r in recs for a in r.token_advantages]
+    assert sum(flat) == pytest.approx(0.0, abs=1e-5) and any(abs(o - f) > 1e-4 for o, f in zip(old[0], ref_lp[0]))
