@@ -504,6 +504,8 @@ def _algorithm_errors(cfg: Config) -> list[str]:
         e.append("--lr-warmup-iters must be >= 0 and --lr-warmup-fraction in [0, 1]")
     if o.lr_warmup_iters and o.lr_warmup_fraction is not None:
         e.append("--lr-warmup-iters and --lr-warmup-fraction both set: keep one")
+    if o.lr_decay_iters is not None and (o.lr_decay_iters < 1 or o.lr_warmup_iters >= o.lr_decay_iters):
+        e.append(f"--lr-decay-iters {o.lr_decay_iters} must be >= 1 and above --lr-warmup-iters {o.lr_warmup_iters}")
     if cfg.sync.interval < 1:
         e.append("--update-weights-interval must be >= 1")
     if cfg.rollout.max_weight_staleness is not None:
