@@ -20,6 +20,7 @@ def main(argv: list[str]) -> None:
     from slime.eval import eval_due
     from slime.metrics import MetricsLogger, dump_rollout
     from slime.ray.runtime import Runtime
+    from slime.rollout.staleness import staleness_metrics
 
     try:
         cfg = parse_args(argv)
@@ -37,9 +38,11 @@ def main(argv: list[str]) -> None:
             if cfg.log.save_debug_rollout_data:
                 dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
             records = rt.build_records(samples)                    # group-normalized advantages
-            metrics.update(rt.train(records))                      # optimizer steps
+            metrics.update(staleness_metrics(samples, rt.version))  # > 0 only with --update-weights-interval > 1
+            metrics.update(rt.train(records))                      # optimizer steps, version += 1
             rt.ack(rollout_id)                                     # straw queue: trained, drop it
-            metrics["perf/sync_time"] = rt.sync_weights()          # trainer -> engines, version += 1
+            if rt.sync_due(rollout_id):                            # --update-weights-interval
+                metrics["perf/sync_time"] = rt.sync_weights()      # trainer -> engines
             if eval_due(cfg.eval, rollout_id, last):
                 metrics.update(rt.evaluate(rollout_id))
             if rt.save_due(rollout_id):

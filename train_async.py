@@ -1,7 +1,11 @@
 """Fully async loop: rollout N+1 is in flight while rollout N trains (separate pools only).
 
-Samples of rollout N+1 come from the weights before step N's update (one version stale);
-rollout/staleness_mean reports it. Weights sync after the in-flight rollout has finished.
+Rollout N+1 is generated on the weights the engines hold while rollout N trains, so it is one
+version stale when it is trained (--update-weights-interval k: up to k). Before a weight sync the
+loop waits until the in-flight rollout has finished: no request ever runs across a sync, so every
+token's weight version is the one its sample reports, and rollout/staleness_* (versions behind the
+weights being trained) is the truth. --max-weight-staleness N drops groups staler than N versions
+(counted in rollout/stale_dropped_samples) and refills the rollout with fresh ones.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ def main(argv: list[str]) -> None:
     from slime.eval import eval_due
     from slime.metrics import MetricsLogger, dump_rollout
     from slime.ray.runtime import Runtime
+    from slime.rollout.staleness import staleness_metrics
 
     try:
         cfg = parse_args(argv, async_mode=True)  # validate() refuses --colocate here
@@ -37,16 +42,21 @@ def main(argv: list[str]) -> None:
         for rollout_id in range(rt.start_rollout_id, rt.num_rollout):
             t0 = time.monotonic()
             samples, metrics = ray.get(in_flight)
+            in_flight = None
+            if cfg.rollout.max_weight_staleness is not None:     # drop + count stale groups, refill fresh
+                samples, metrics = rt.regenerate_stale(rollout_id, samples, metrics)
+            metrics.update(staleness_metrics(samples, rt.version))
             if rollout_id < last:
                 in_flight = rt.generate_async(rollout_id + 1)      # next rollout runs during training
             if cfg.log.save_debug_rollout_data:
                 dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
             records = rt.build_records(samples)
-            metrics.update(rt.train(records))
+            metrics.update(rt.train(records))                      # version += 1
             rt.ack(rollout_id)                                     # straw queue: trained, drop it
-            metrics["rollout/staleness_mean"] = sum(rt.version - int(s.weight_version or 0)
-                                                    for s in samples) / len(samples)
-            metrics["perf/sync_time"] = rt.sync_weights()          # waits for the in-flight batch
+            if rt.sync_due(rollout_id):
+                if in_flight is not None:
+                    ray.wait([in_flight])                          # no request may run across a sync
+                metrics["perf/sync_time"] = rt.sync_weights()
             if eval_due(cfg.eval, rollout_id, last):
                 metrics.update(rt.evaluate(rollout_id))
             if rt.save_due(rollout_id):

@@ -49,6 +49,16 @@ MEGATRON_FLAGS = {
 MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
 
 
+def advantage_estimator_choices() -> list[str]:
+    """The registry's estimators (slime/data/batch_builder.py, torch-free) plus ppo (refused)."""
+    from slime.data.batch_builder import ADVANTAGE_ESTIMATORS
+
+    return [*ADVANTAGE_ESTIMATORS, "ppo"]
+
+
+LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root")
+
+
 class UsageError(ValueError):
     """A command-line problem; the message names the flag."""
 
@@ -122,7 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--rollout-max-response-len", type=int, default=1024)
     g.add_argument("--rollout-max-prompt-len", type=int, default=None)
     g.add_argument("--rollout-stop-token-ids", type=int, nargs="+", default=None)
-    g.add_argument("--rm-type", default=None)
+    g.add_argument("--rm-type", default=None,
+                   help="built-in reward (slime/rewards: deepscaler, math, dapo, f1, gpqa, remote_rm, ...); "
+                        "boxed_<name> grades only a \\boxed{} answer")
+    g.add_argument("--rm-url", default=None, help="--rm-type remote_rm: the reward model's HTTP endpoint (POST)")
+    g.add_argument("--rm-timeout", type=float, default=60.0, help="seconds per remote reward request")
+    g.add_argument("--rm-max-retries", type=int, default=3,
+                   help="retries of a failed remote reward request before the run stops naming the sample")
     g.add_argument("--custom-rm-path", default=None)
     g.add_argument("--reward-key", default=None)
     _bool(g, "--group-rm", "the custom reward receives the whole group of n samples")
@@ -142,10 +158,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="straw: durable rollout queue (payloads + state) in this directory")
     g.add_argument("--rollout-queue-run-id", default=None,
                    help="straw run id: the same id resumes the queue, a new experiment takes a fresh id")
+    g.add_argument("--max-weight-staleness", type=int, default=None,
+                   help="train_async.py: drop (and count) groups holding a token generated more than N weight "
+                        "versions before the one being trained; 0 keeps only on-policy samples")
 
     g = ap.add_argument_group("algorithm and loss")
-    g.add_argument("--advantage-estimator", default="grpo",
-                   choices=["grpo", "gspo", "cispo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "ppo"])
+    g.add_argument("--advantage-estimator", default="grpo", choices=advantage_estimator_choices(),
+                   help="ppo needs a critic and is refused by this build")
+    _bool(g, "--normalize-advantages", "whiten token advantages over the rollout (mean 0, variance 1)")
+    _bool(g, "--calculate-per-token-loss", "token-mean loss over the step's tokens instead of the mean of "
+                                           "per-sample means")
     _bool(g, "--disable-grpo-std-normalization", "mean-centring only")
     _bool(g, "--disable-rewards-normalization", "raw rewards as advantages")
     g.add_argument("--eps-clip", type=float, default=0.2)
@@ -154,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     _bool(g, "--use-kl-loss", "add a KL term against the --ref-load model")
     g.add_argument("--kl-loss-coef", type=float, default=0.0)
     g.add_argument("--kl-loss-type", choices=["k1", "k2", "k3", "low_var_kl"], default="k1")
-    g.add_argument("--kl-coef", type=float, default=0.0)
+    g.add_argument("--kl-coef", type=float, default=0.0,
+                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*); with group estimators "
+                        "use --use-kl-loss")
     g.add_argument("--entropy-coef", type=float, default=0.0)
     _bool(g, "--use-tis", "truncated importance sampling against the rollout log-probs")
     g.add_argument("--tis-clip", type=float, default=2.0)
@@ -307,24 +331,27 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers, ns.router_policy),
         data=DataConfig(ns.prompt_data, ns.input_key, ns.label_key, ns.metadata_key,
                         ns.apply_chat_template, ns.apply_chat_template_kwargs or {}, ns.rollout_shuffle,
-                        ns.rollout_seed, ns.rollout_max_prompt_len),
+                        ns.rollout_seed, ns.rollout_max_prompt_len, ns.tool_key),
         rollout=RolloutConfig(ns.rollout_batch_size or 0, ns.n_samples_per_prompt, sampling,
                               ns.rm_type, ns.custom_rm_path, ns.group_rm, ns.reward_key,
                               ns.custom_generate_function_path, ns.rollout_seed,
                               ns.sglang_server_concurrency, ns.over_sampling_batch_size,
                               ns.dynamic_sampling_filter_path, ns.partial_rollout,
                               ns.mask_offpolicy_in_partial_rollout, ns.rollout_queue_dir,
-                              ns.rollout_queue_run_id),
+                              ns.rollout_queue_run_id, ns.rm_url, ns.rm_timeout, ns.rm_max_retries,
+                              ns.max_weight_staleness),
         run=RunConfig(ns.num_rollout, ns.num_epoch, ns.seed),
         model=ModelConfig(ns.hf_checkpoint, ns.ref_load, ns.load, ns.save, ns.save_interval),
-        optim=OptimConfig(ns.lr, ns.weight_decay, ns.adam_beta1, ns.adam_beta2, ns.adam_eps, ns.clip_grad),
+        optim=OptimConfig(ns.lr, ns.weight_decay, ns.adam_beta1, ns.adam_beta2, ns.adam_eps, ns.clip_grad,
+                          **_lr_schedule_flags(megatron)),
         loss=LossConfig(
             ns.advantage_estimator, not ns.disable_rewards_normalization,
             not ns.disable_grpo_std_normalization and ns.n_samples_per_prompt > 1,
             ns.eps_clip, ns.eps_clip_high, ns.eps_clip_c, ns.use_kl_loss, ns.kl_loss_coef,
             ns.kl_loss_type, ns.entropy_coef, ns.use_tis, ns.tis_clip, ns.tis_clip_low,
             ns.use_icepop, ns.icepop_low, ns.icepop_high, ns.use_rollout_logprobs,
-            ns.rollout_temperature, ns.use_routing_replay, ns.use_rollout_routing_replay),
+            ns.rollout_temperature, ns.use_routing_replay, ns.use_rollout_routing_replay,
+            ns.calculate_per_token_loss, ns.normalize_advantages, ns.kl_coef, ns.rollout_max_response_len),
         batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
                           ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
@@ -339,6 +366,22 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
         sglang=sglang,
         async_mode=async_mode,
     )
+
+
+def _lr_schedule_flags(megatron: dict) -> dict[str, Any]:
+    """Megatron's LR schedule flags (passed through as strings) -> OptimConfig fields. Both
+    trainers read them: the embedded one through slime/training/lr_schedule.py."""
+    out: dict[str, Any] = {}
+    casts = {"lr_decay_style": str, "min_lr": float, "lr_warmup_iters": int, "lr_warmup_fraction": float,
+             "lr_decay_iters": int}
+    for key, cast in casts.items():
+        if key in megatron:
+            try:
+                out[key] = cast(megatron[key])
+            except (TypeError, ValueError):
+                raise UsageError(f"--{key.replace('_', '-')} {megatron[key]!r}: expected "
+                                 f"{'a number' if cast is float else 'an integer' if cast is int else 'a name'}")
+    return out
 
 
 def steps_per_rollout(cfg: Config) -> int:
@@ -407,14 +450,14 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
                  f"(--actor-num-nodes x --actor-num-gpus-per-node / model-parallel size)")
     if b.use_dynamic_batch_size and not b.max_tokens_per_gpu:
         e.append("--use-dynamic-batch-size needs --max-tokens-per-gpu")
-    if r.n_samples_per_prompt == 1 and cfg.loss.advantage_estimator in ("grpo", "gspo", "cispo") \
+    if r.n_samples_per_prompt == 1 and cfg.loss.advantage_estimator in GROUP_ESTIMATORS \
             and cfg.loss.normalize_rewards:
         e.append("--n-samples-per-prompt 1 with a group-relative estimator gives every sample advantage 0; "
                  "use n >= 2 or --disable-rewards-normalization")
-    if cfg.loss.advantage_estimator == "ppo":
-        e.append("--advantage-estimator ppo needs a critic, which this build does not train yet; use grpo")
+    e.extend(_algorithm_errors(cfg))
     if not r.rm_type and not r.custom_rm_path:
-        e.append("choose a reward: --rm-type (deepscaler, math, f1, random) or --custom-rm-path")
+        e.append("choose a reward: --rm-type (deepscaler, math, dapo, f1, gpqa, remote_rm, ...) or --custom-rm-path")
+    e.extend(_reward_errors(cfg))
     if r.group_rm and not r.custom_rm_path:
         e.append("--group-rm needs --custom-rm-path (a function that scores a whole group)")
     if cfg.data.prompt_data is None:
@@ -431,6 +474,8 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
         e.append(f"--load: not a directory: {cfg.model.load}")
     if cfg.loss.use_kl_loss and not cfg.model.ref_load:
         e.append("--use-kl-loss needs a frozen reference model from --ref-load")
+    if cfg.loss.kl_coef != 0.0 and not cfg.model.ref_load:
+        e.append("--kl-coef needs a frozen reference model from --ref-load (the KL in the reward is to it)")
     if cfg.loss.use_tis and cfg.loss.use_icepop:
         e.append("--use-tis and --use-icepop are two corrections of the same ratio: pick one")
     if cfg.eval.interval and not cfg.eval.datasets:
@@ -470,6 +515,66 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     e.extend(backend_capability_errors(cfg, environment))
     if environment:
         e.extend(model_flag_errors(cfg))
+    return e
+
+
+GROUP_ESTIMATORS = ("grpo", "dr_grpo", "gspo", "cispo")
+
+
+def _algorithm_errors(cfg: Config) -> list[str]:
+    """Estimator / loss combinations this build runs as defined, or refuses (never replaces)."""
+    e: list[str] = []
+    loss, o = cfg.loss, cfg.optim
+    est = loss.advantage_estimator
+    if est == "ppo":
+        e.append("--advantage-estimator ppo needs a critic (value model, GAE), which this build does not train; "
+                 "use grpo, gspo, cispo, dr_grpo, reinforce_plus_plus or reinforce_plus_plus_baseline")
+    if loss.kl_coef != 0.0 and est in GROUP_ESTIMATORS:
+        e.append(f"--kl-coef {loss.kl_coef} with --advantage-estimator {est}: a group-relative estimator takes no KL "
+                 f"in the reward; use --use-kl-loss --kl-loss-coef, or reinforce_plus_plus(_baseline)")
+    if loss.kl_coef < 0:
+        e.append("--kl-coef must be >= 0")
+    if est == "dr_grpo" and loss.calculate_per_token_loss:
+        e.append("--advantage-estimator dr_grpo normalizes by a constant (samples x --rollout-max-response-len); "
+                 "drop --calculate-per-token-loss")
+    if o.lr_decay_style not in LR_DECAY_STYLES:
+        e.append(f"--lr-decay-style {o.lr_decay_style}: this build schedules {', '.join(LR_DECAY_STYLES)}")
+    if o.min_lr < 0 or o.min_lr > o.lr:
+        e.append(f"--min-lr {o.min_lr} must lie in [0, --lr {o.lr}]")
+    if o.lr_warmup_iters < 0 or (o.lr_warmup_fraction is not None and not 0 <= o.lr_warmup_fraction <= 1):
+        e.append("--lr-warmup-iters must be >= 0 and --lr-warmup-fraction in [0, 1]")
+    if o.lr_warmup_iters and o.lr_warmup_fraction is not None:
+        e.append("--lr-warmup-iters and --lr-warmup-fraction both set: keep one")
+    if o.lr_decay_iters is not None and (o.lr_decay_iters < 1 or o.lr_warmup_iters >= o.lr_decay_iters):
+        e.append(f"--lr-decay-iters {o.lr_decay_iters} must be >= 1 and above --lr-warmup-iters {o.lr_warmup_iters}")
+    if cfg.sync.interval < 1:
+        e.append("--update-weights-interval must be >= 1")
+    if cfg.rollout.max_weight_staleness is not None:
+        if cfg.rollout.max_weight_staleness < 0:
+            e.append("--max-weight-staleness must be >= 0")
+        if not cfg.async_mode:
+            e.append("--max-weight-staleness applies to train_async.py; train.py trains every rollout on the "
+                     "weights that generated it (use --update-weights-interval to allow staleness)")
+    return e
+
+
+def _reward_errors(cfg: Config) -> list[str]:
+    from slime.rewards import reward_type_error
+
+    r = cfg.rollout
+    e: list[str] = []
+    if r.rm_type and not r.custom_rm_path:
+        err = reward_type_error(r.rm_type)
+        if err:
+            e.append(err)
+    remote = (r.rm_type or "").removeprefix("boxed_") == "remote_rm" and not r.custom_rm_path
+    if remote and not r.rm_url:
+        e.append("--rm-type remote_rm needs --rm-url http://HOST:PORT/PATH (the reward model's endpoint)")
+    if r.rm_url and not remote and not r.custom_rm_path:  # a custom hook reads it as args.rollout.rm_url
+        e.append("--rm-url is read by --rm-type remote_rm (or a --custom-rm-path hook, as args.rollout.rm_url); "
+                 "add one, or drop --rm-url")
+    if r.rm_timeout <= 0 or r.rm_max_retries < 0:
+        e.append("--rm-timeout must be > 0 and --rm-max-retries >= 0")
     return e
 
 

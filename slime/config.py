@@ -58,6 +58,7 @@ class DataConfig:
     rollout_shuffle: bool = False
     rollout_seed: int = 42
     rollout_max_prompt_len: int | None = None
+    tool_key: str | None = "tools"  # a record's tools, given to the chat template
 
 
 @dataclass
@@ -89,6 +90,13 @@ class RolloutConfig:
     # straw, the persistent rollout queue.
     queue_dir: str | None = None
     queue_run_id: str | None = None
+    # --rm-type remote_rm: a reward model served over HTTP (slime/rewards/remote.py).
+    rm_url: str | None = None
+    rm_timeout: float = 60.0
+    rm_max_retries: int = 3
+    # train_async.py: samples generated more than this many weight versions ago are dropped (whole
+    # groups) and counted in rollout/stale_dropped_samples; None: no limit.
+    max_weight_staleness: int | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -120,6 +128,13 @@ class OptimConfig:
     adam_beta2: float = 0.98
     adam_eps: float = 1e-8
     clip_grad: float = 1.0
+    # LR schedule (Megatron's flag names and meanings; slime/training/lr_schedule.py).
+    lr_decay_style: str = "constant"
+    min_lr: float = 0.0
+    lr_warmup_iters: int = 0
+    lr_warmup_fraction: float | None = None
+    lr_decay_iters: int | None = None  # None: every optimizer step of the run
+    total_steps: int | None = None  # optimizer steps of the whole run (num_rollout x steps per rollout)
 
 
 @dataclass
@@ -144,6 +159,15 @@ class LossConfig:
     temperature: float = 1.0  # the sampling temperature: trainer log-probs use the same one
     use_routing_replay: bool = False  # MoE: replay the first forward's routes in training
     use_rollout_routing_replay: bool = False  # MoE R3: replay the rollout engine's routes
+    calculate_per_token_loss: bool = False  # token_mean aggregation instead of sample_mean
+    normalize_advantages: bool = False  # whiten token advantages over the rollout
+    kl_coef: float = 0.0  # KL in the reward (reinforce_plus_plus*): -kl_coef * KL_t per token
+    max_response_len: int = 1024  # Dr. GRPO's constant normalizer (--rollout-max-response-len)
+
+    @property
+    def needs_ref(self) -> bool:
+        """A frozen reference model is loaded for the KL loss or the KL in the reward."""
+        return self.use_kl_loss or self.kl_coef != 0.0
 
 
 @dataclass
@@ -161,7 +185,7 @@ class SyncConfig:
     transport: str | None = None  # None: tensor when colocated, disk otherwise (CPU has no nccl)
     disk_dir: str | None = None
     buffer_size: int = 512 * 1024**2
-    interval: int = 1
+    interval: int = 1  # --update-weights-interval: sync every N rollouts (and after the last)
     check_tol: float | None = 1e-4  # post-sync engine-vs-trainer log-prob check; None: off
 
 

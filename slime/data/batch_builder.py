@@ -20,9 +20,6 @@ if TYPE_CHECKING:  # pragma: no cover - typing only, torch is optional here
 GRPO_EPS = 1e-6
 """Added to the (unbiased) group std, as in docs/en/corrections.md#grpo-normalisation: ``(r - mean) / (std + 1e-6)``."""
 
-WHITEN_EPS = 1e-8
-"""Added to the batch variance when whitening (reinforce_plus_plus*): ``a / sqrt(var + eps)``."""
-
 
 def _check_groups(num_rewards: int, n_samples_per_prompt: int) -> None:
     if n_samples_per_prompt < 1:
@@ -78,20 +75,6 @@ def normalize_group_rewards(
     return out
 
 
-def whiten(values: Sequence[float]) -> list[float]:
-    """Batch whitening: zero mean, unit (biased) variance. A constant batch becomes all zeros."""
-    vals = [float(v) for v in values]
-    if not vals:
-        return []
-    mean = math.fsum(vals) / len(vals)
-    centred = [v - mean for v in vals]
-    var = math.fsum(c * c for c in centred) / len(vals)
-    if var == 0.0:
-        return [0.0] * len(vals)
-    scale = 1.0 / math.sqrt(var + WHITEN_EPS)
-    return [c * scale for c in centred]
-
-
 # --- advantage estimators ---------------------------------------------------------------------
 # Each estimator maps per-sample rewards to per-sample advantages. Token-level estimators that
 # need a critic (ppo / GAE) or per-token KL shaping are computed by the trainer, not here.
@@ -125,8 +108,8 @@ def get_advantage_estimator(name: str) -> AdvantageFn:
 
 @register_advantage_estimator("grpo", "gspo", "cispo")
 def _grpo(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # gspo and cispo differ from grpo in the loss (sequence ratio / clipped IS weight), not in
-    # the advantages, which are the same group-relative numbers.
+    # gspo and cispo differ from grpo in the loss (sequence ratio / clipped IS weight, see
+    # slime/training/loss.py), not in the advantages, which are the same group-relative numbers.
     _check_groups(len(rewards), n)
     if not normalize:  # --disable-rewards-normalization: raw rewards
         return _as_floats(rewards)
@@ -135,26 +118,28 @@ def _grpo(rewards: Sequence[float], n: int, normalize: bool, std_normalization: 
 
 @register_advantage_estimator("dr_grpo")
 def _dr_grpo(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # Dr. GRPO: dividing by the group std up-weights near-uniform groups; centre only.
+    # Dr. GRPO: dividing by the group std up-weights near-uniform groups; centre only. Its other
+    # half, the constant length normalizer, is the loss's constant_norm aggregation.
     return _grpo(rewards, n, normalize, False)
 
 
 @register_advantage_estimator("reinforce_plus_plus_baseline")
 def _rpp_baseline(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # Group mean as baseline, then whitening over the whole batch (sample level here; the
-    # trainer may whiten again over tokens with --normalize-advantages).
+    # REINFORCE++-baseline: the group mean is the baseline (no std division). The KL in the
+    # reward (--kl-coef) and the batch whitening (--normalize-advantages) are token-level and
+    # applied by the trainer (slime/training/advantages.py).
     _check_groups(len(rewards), n)
     if not normalize:
         return _as_floats(rewards)
-    return whiten(normalize_group_rewards(rewards, n, std_normalization=False))
+    return normalize_group_rewards(rewards, n, std_normalization=False)
 
 
 @register_advantage_estimator("reinforce_plus_plus")
 def _rpp(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # Sample-level return with gamma = 1 and no KL shaping (the trainer adds per-token KL
-    # rewards when they are used), whitened over the batch. No group baseline, so n may be 1.
+    # REINFORCE++: the sample's return (gamma = 1), no baseline, so n may be 1. The KL in the
+    # reward and whitening are token-level, in the trainer (slime/training/advantages.py).
     _check_groups(len(rewards), n)
-    return whiten(rewards) if normalize else _as_floats(rewards)
+    return _as_floats(rewards)
 
 
 def compute_advantages(

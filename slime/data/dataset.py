@@ -76,16 +76,22 @@ def _field(rec: dict[str, Any], key: str, path: Path, lineno: int, flag: str) ->
     return rec[key]
 
 
-def build_prompt_text(prompt: Any, tokenizer: Any, apply_chat_template: bool, template_kwargs: dict) -> str:
+def build_prompt_text(prompt: Any, tokenizer: Any, apply_chat_template: bool, template_kwargs: dict,
+                      tools: Any = None) -> str:
     """The exact text the engine receives. With a chat template the prompt becomes a user
-    message (or is used as is when it is already a message list) plus the generation prompt."""
+    message (or is used as is when it is already a message list) plus the generation prompt;
+    the record's tools (``--tool-key``) go to the template, which renders them for the model."""
     if apply_chat_template:
         messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        extra = {"tools": tools} if tools else {}
         return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **template_kwargs
+            messages, tokenize=False, add_generation_prompt=True, **extra, **template_kwargs
         )
     if not isinstance(prompt, str):
         raise DataError("a message-list prompt needs --apply-chat-template")
+    if tools:
+        raise DataError("a record with tools (--tool-key) needs --apply-chat-template: only the chat template "
+                        "knows how to show tools to the model")
     return prompt
 
 
@@ -99,6 +105,7 @@ def load_prompts(
     template_kwargs: dict | None = None,
     max_prompt_len: int | None = None,
     flag: str = "--prompt-data",
+    tool_key: str | None = "tools",
 ) -> list[PromptRecord]:
     p = Path(path)
     out = []
@@ -107,7 +114,11 @@ def load_prompts(
         prompt = _field(rec, input_key, p, line, "--input-key")
         label = _field(rec, label_key, p, line, "--label-key") if label_key else None
         metadata = rec.get(metadata_key) or {}
-        text = build_prompt_text(prompt, tokenizer, apply_chat_template, template_kwargs or {})
+        tools = rec.get(tool_key) if tool_key else None
+        try:
+            text = build_prompt_text(prompt, tokenizer, apply_chat_template, template_kwargs or {}, tools)
+        except DataError as e:
+            raise DataError(f"{p}: record {line}: {e}") from None
         tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
         if max_prompt_len is not None and len(tokens) > max_prompt_len:
             continue  # --rollout-max-prompt-len filters long prompts, as users expect

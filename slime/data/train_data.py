@@ -7,7 +7,7 @@ lab shows, and group normalization refuses a batch that is not whole groups of n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slime.data.batch_builder import compute_advantages, pack_samples
 from slime.data.sample import Sample
@@ -20,6 +20,9 @@ class TrainRecord:
     advantage: float
     rollout_log_probs: list[float]  # one per response token
     response_mask: list[int]  # 1 where the policy generated the token
+    # Per-token advantages, set by the trainer when they vary along the response (KL in the
+    # reward, --normalize-advantages; slime/training/advantages.py). None: `advantage` everywhere.
+    token_advantages: list[float] | None = field(default=None, repr=False)
 
     @property
     def response_len(self) -> int:

@@ -67,7 +67,7 @@ class TrainerActor:
         init_process_group(self.rank, self.world_size, master[0], master[1])
         weights = resolve_checkpoint(weights_path, "--load" if optimizer_from else "--ref-load").weights() \
             if weights_path else None
-        ref = resolve_checkpoint(ref_path, "--ref-load").weights() if (ref_path and loss.use_kl_loss) else None
+        ref = resolve_checkpoint(ref_path, "--ref-load").weights() if (ref_path and loss.needs_ref) else None
         self.trainer = EmbeddedTrainer(hf_checkpoint, weights, ref, optim, loss, batch,
                                        self.rank, self.world_size, seed)
         state = {}
@@ -76,6 +76,7 @@ class TrainerActor:
             opt = ckpt.optimizer_state()
             if opt is not None:
                 self.trainer.optimizer.load_state_dict(opt)
+                self.trainer.resume_lr_schedule()
             if self.rank == 0 and "rng" in ckpt.state:
                 restore_rng(ckpt.state["rng"])
             state = ckpt.state

@@ -46,9 +46,9 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
             if load_hooks:
                 load_function(r.custom_rm_path, kind="group_reward" if r.group_rm else "reward")
         elif r.rm_type:
-            from slime.rewards import get_reward_fn
+            from slime.rewards import make_reward_fn
 
-            get_reward_fn(r.rm_type)
+            make_reward_fn(r.rm_type, r.rm_url, r.rm_timeout, r.rm_max_retries)
         if r.custom_generate_function_path and load_hooks:
             load_function(r.custom_generate_function_path, kind="generate")
         if r.dynamic_sampling_filter_path and load_hooks:
@@ -150,6 +150,7 @@ class Runtime:
         trainers = [TrainerActor.options(**train_pool.options(i)).remote(i, n) for i in range(n)]
         master = ray.get(trainers[0].master_address.remote())
         weights_from = cfg.model.load or cfg.model.ref_load
+        cfg.optim.total_steps = total_rollouts(cfg) * steps_per_rollout(cfg)  # the LR schedule's length
         init = [t.init.remote(master, cfg.model.hf_checkpoint, weights_from, cfg.model.ref_load,
                               cfg.optim, cfg.loss, cfg.batch, cfg.run.seed, cfg.model.load) for t in trainers]
         sglang = c.rollout_backend == "sglang" and not c.external
@@ -170,6 +171,7 @@ class Runtime:
         rt.sync = WeightSync(cfg.sync, c.colocate, trainers[0], rt.engines, disk, c.use_gpu, cfg.sync.check_tol,
                              cfg.rollout.sampling.temperature)
         rt.sync.version = rt.version
+        rt.version += 1  # the start-up weights are the first version the engines get
         if state:
             print(f"[slime] resumed from --load {cfg.model.load}: next rollout id {rt.start_rollout_id}, "
                   f"data position {state.get('data_position')}", flush=True)
@@ -256,6 +258,24 @@ class Runtime:
 
         return ray.get(self.generate_async(rollout_id))
 
+    def regenerate_stale(self, rollout_id: int, samples: list, metrics: dict) -> tuple[list, dict]:
+        """--max-weight-staleness: drop (and count) groups older than the limit; refill the rollout
+        with fresh groups generated on the trainer's current weights (nothing is in flight here)."""
+        from slime.rollout.staleness import drop_stale_groups
+
+        r = self.cfg.rollout
+        n, target = r.n_samples_per_prompt, r.rollout_batch_size * r.n_samples_per_prompt
+        kept, dropped = drop_stale_groups(samples, n, self.version, r.max_weight_staleness)
+        while len(kept) < target:
+            self.sync_weights()  # fresh groups must come from the weights being trained
+            more, metrics = self.generate(rollout_id)  # the rollout/ and perf/ figures of what is trained
+            kept.extend(more[:target - len(kept)])
+        for i, s in enumerate(kept):
+            s.group_index = i // n
+        if r.max_weight_staleness is not None:
+            metrics["rollout/stale_dropped_samples"] = float(dropped)
+        return kept, metrics
+
     def build_records(self, samples) -> list:
         from slime.data.train_data import build_records
 
@@ -273,6 +293,7 @@ class Runtime:
             self.sync.release_engines()
             ray.get([t.onload.remote() for t in self.trainers])
         metrics = ray.get([t.train.remote(records, self.steps_per_rollout) for t in self.trainers])[0]
+        self.version += 1  # the trainer now holds the next policy version (engines get it at the next sync)
         if self.cfg.cluster.colocate:
             ray.get([t.offload.remote() for t in self.trainers])
             self.sync.resume_engines()
@@ -288,11 +309,18 @@ class Runtime:
         if self.cfg.rollout.queue_dir:
             ray.get(self.manager.ack.remote(rollout_id))
 
+    def sync_due(self, rollout_id: int) -> bool:
+        """--update-weights-interval N: sync after every N-th trained rollout and after the last."""
+        return (rollout_id + 1) % max(self.cfg.sync.interval, 1) == 0 or rollout_id == self.num_rollout - 1
+
     def sync_weights(self) -> float:
+        """Push the trainer's current version to the engines (no-op when they already serve it).
+        Callers make sure no generation request is in flight, so no sample mixes versions."""
         from slime.rollout.client import RouterAdmin
 
         with self.sync.lock:
-            self.version += 1
+            if self.sync.version == self.version:
+                return 0.0
             took = self.sync.sync(self.version)
             self.train_pending = False
             if self.unregistered:

@@ -1,9 +1,12 @@
 """Built-in reward functions, by ``--rm-type`` name.
 
-Every built-in is ``fn(response: str, label) -> RewardResult`` (pure, sync, cheap). Custom
-reward hooks (``--custom-rm-path``) are loaded and called through :mod:`slime.rewards.hooks`.
-The math graders live in :mod:`~slime.rewards.math_reward` and :mod:`~slime.rewards.deepscaler`;
-the two small non-math ones (f1, random) are defined here.
+Every built-in is ``fn(response: str, label) -> RewardResult`` (pure, sync, cheap); the remote
+reward model (``remote_rm``, :mod:`~slime.rewards.remote`) is built from ``--rm-url`` by
+:func:`make_reward_fn`. ``boxed_<name>`` is any of them applied to the last ``\\boxed{}`` answer
+only. Custom reward hooks (``--custom-rm-path``) are loaded and called through
+:mod:`slime.rewards.hooks`. Graders: math (:mod:`~slime.rewards.math_reward`), deepscaler,
+dapo, gpqa (:mod:`~slime.rewards.choice`); the two small ones (f1, random) are defined here.
+Torch-free: the parser and the lab list these names.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import string
 from collections import Counter
 from typing import Callable
 
-from slime.rewards.answer import split_after_think
+from slime.rewards.answer import last_boxed, split_after_think
+from slime.rewards.choice import gpqa
+from slime.rewards.dapo import dapo
 from slime.rewards.deepscaler import deepscaler, summarize_reward_results, think_block_warning
 from slime.rewards.math_reward import RewardResult, boxed_math_reward, math_reward
 
@@ -27,8 +32,15 @@ def _qa_tokens(text: str) -> list[str]:
     return _ARTICLES.sub(" ", text.lower().translate(_PUNCT)).split()
 
 
+YES_NO_NO_ANSWER = ("yes", "no", "noanswer", "no answer")
+
+
 def f1(response: str, label: object) -> RewardResult:
-    """``--rm-type f1``: SQuAD-style token-overlap F1 between the answer and the label."""
+    """``--rm-type f1``: SQuAD-style token-overlap F1 between the answer and the label.
+
+    Yes/no/no-answer rule (HotpotQA): when either side normalizes to ``yes``, ``no`` or
+    ``noanswer`` the two must be equal, else 0 (``yes it is`` vs ``yes`` is wrong, not 0.5).
+    """
     solution, has_think = split_after_think(response)
     gold = _qa_tokens("" if label is None else str(label))
     if not gold:
@@ -36,6 +48,9 @@ def f1(response: str, label: object) -> RewardResult:
     pred = _qa_tokens(solution)
     if not pred:
         return RewardResult(0.0, "no_answer", has_think)
+    norm_pred, norm_gold = " ".join(pred), " ".join(gold)
+    if (norm_pred in YES_NO_NO_ANSWER or norm_gold in YES_NO_NO_ANSWER) and norm_pred != norm_gold:
+        return RewardResult(0.0, "wrong", has_think)
     common = sum((Counter(pred) & Counter(gold)).values())
     if common == 0:
         return RewardResult(0.0, "wrong", has_think)
@@ -64,28 +79,87 @@ REWARD_TYPES: dict[str, RewardFn] = {
     "deepscaler": deepscaler,
     "math": math_reward,
     "boxed_math": boxed_math_reward,
+    "dapo": dapo,
     "f1": f1,
+    "gpqa": gpqa,
     "random": random_reward,  # tests only: ignores correctness
 }
 # Registered for tests; a user-facing list (the lab's choices) leaves them out.
 TEST_ONLY_REWARDS = frozenset({"random"})
+REMOTE_REWARD_TYPES = ("remote_rm",)  # built from --rm-url by make_reward_fn
+BOXED_GRADERS = (deepscaler, boxed_math_reward)  # already grade only the last \\boxed{} answer
+BOXED_PREFIX = "boxed_"
+
+
+def reward_type_names() -> list[str]:
+    """Every --rm-type name without the boxed_ prefix (any of them also takes it)."""
+    return [*REWARD_TYPES, *REMOTE_REWARD_TYPES]
+
+
+def reward_type_error(name: str) -> str | None:
+    """None when ``name`` is a built-in --rm-type (or boxed_ + one), else the message."""
+    base = name[len(BOXED_PREFIX):] if name.startswith(BOXED_PREFIX) and name not in REWARD_TYPES else name
+    if base in REWARD_TYPES or base in REMOTE_REWARD_TYPES:
+        return None
+    known = ", ".join(sorted(reward_type_names()))
+    return (f"unknown --rm-type {name!r}; built-in reward types: {known}, each also as boxed_<name> "
+            "(or give a custom reward function with --custom-rm-path)")
+
+
+def boxed(fn: RewardFn) -> RewardFn:
+    """``boxed_<name>``: grade only the last ``\\boxed{}`` after the reasoning block with ``fn``;
+    a response without one scores 0 (``no_answer``). The reasoning block is kept in front of
+    the boxed answer, so graders that require one (deepscaler) still see it."""
+
+    def graded(response: str, label: object, sample: object = None) -> RewardResult:
+        solution, has_think = split_after_think(response)
+        answer = last_boxed(solution)
+        if answer is None:
+            return RewardResult(0.0, "no_answer", has_think)
+        kwargs = {"sample": sample} if getattr(fn, "wants_sample", False) else {}
+        if fn in BOXED_GRADERS:  # they read the last \\boxed{} themselves: same verdict, same reasons
+            return fn(response, label, **kwargs)
+        head = response[: len(response) - len(solution)]
+        return fn(head + answer, label, **kwargs)
+
+    graded.wants_sample = getattr(fn, "wants_sample", False)  # type: ignore[attr-defined]
+    graded.__name__ = f"boxed_{getattr(fn, '__name__', 'reward')}"
+    return graded
+
+
+def make_reward_fn(name: str, rm_url: str | None = None, timeout: float = 60.0, max_retries: int = 3) -> RewardFn:
+    """The reward for ``--rm-type name`` (remote_rm needs ``rm_url``); unknown names raise."""
+    if name in REWARD_TYPES:
+        return REWARD_TYPES[name]
+    err = reward_type_error(name)
+    if err:
+        raise ValueError(err)
+    if name.startswith(BOXED_PREFIX):
+        return boxed(make_reward_fn(name[len(BOXED_PREFIX):], rm_url, timeout, max_retries))
+    if not rm_url:
+        raise ValueError(f"--rm-type {name} needs --rm-url")
+    from slime.rewards.remote import RemoteRewardModel
+
+    return RemoteRewardModel(rm_url, timeout, max_retries)
 
 
 def get_reward_fn(name: str) -> RewardFn:
-    """The built-in reward registered as ``name``; unknown names list the built-ins."""
-    try:
-        return REWARD_TYPES[name]
-    except KeyError:
-        known = ", ".join(sorted(REWARD_TYPES))
-        raise ValueError(
-            f"unknown --rm-type {name!r}; built-in reward types: {known} "
-            "(or give a custom reward function with --custom-rm-path)"
-        ) from None
+    """The built-in reward registered as ``name`` (boxed_ variants included; remote_rm needs
+    :func:`make_reward_fn`); unknown names list the built-ins."""
+    if name.removeprefix(BOXED_PREFIX) in REMOTE_REWARD_TYPES:
+        raise ValueError(f"--rm-type {name} is built from --rm-url: use make_reward_fn")
+    return make_reward_fn(name)
 
 
 __all__ = [
     "REWARD_TYPES",
     "TEST_ONLY_REWARDS",
+    "boxed",
+    "dapo",
+    "gpqa",
+    "make_reward_fn",
+    "reward_type_error",
+    "reward_type_names",
     "boxed_math_reward",
     "deepscaler",
     "f1",

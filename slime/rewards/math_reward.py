@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import threading
 from dataclasses import dataclass
 
-from slime.rewards.answer import extract_answer, normalize_answer, split_after_think, to_number
+from slime.rewards.answer import _THOUSANDS, extract_answer, normalize_answer, split_after_think, to_number
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,61 @@ def symbolic_equal(gold: str, pred: str, timeout_s: int = SYMBOLIC_TIMEOUT_S) ->
     return bool(result and result[0])
 
 
+_ASSIGNMENT = re.compile(r"^\s*([a-zA-Z]\w?)\s*=\s*(.+)$", re.DOTALL)
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def split_top_level(answer: str) -> list[str]:
+    """Split at commas outside brackets: ``x=2, y=3`` -> two items, ``(1, 2)`` -> one.
+
+    A thousands-separated number (``1,000``) is one item. ``\\{``/``\\}`` count as brackets,
+    so a set stays whole (sets are compared as sets, by math-verify).
+    """
+    text = answer.strip().strip("$").strip()
+    if _THOUSANDS.match(text.replace(" ", "")):
+        return [text]
+    items, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in "{}":
+            depth += 1 if text[i + 1] == "{" else -1
+            i += 2
+            continue
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+        i += 1
+    items.append(text[start:])
+    return [x.strip() for x in items if x.strip()]
+
+
+def _element_match(pred: str, gold: str) -> bool:
+    """One item of a list: assignments must name the same variable; values must match."""
+    p, g = _ASSIGNMENT.match(pred), _ASSIGNMENT.match(gold)
+    if p and g and p.group(1) != g.group(1):
+        return False
+    return _scalar_match(p.group(2) if p else pred, g.group(2) if g else gold)
+
+
 def answers_match(pred: str, gold: str) -> bool:
-    """True when two extracted answers are equal: normalized string, number, or symbolically."""
+    """True when two extracted answers are equal: normalized string, number, or symbolically.
+
+    A top-level comma list (``x=2, y=3``; ``3, 3``) is an ordered tuple: same length, items
+    equal in order (an assignment's variable too). math-verify alone would compare such lists as
+    sets, so ``x=2, y=3`` would match ``x=3, y=2`` and ``3, 3`` would match ``3``.
+    """
+    pred_items, gold_items = split_top_level(pred), split_top_level(gold)
+    if len(pred_items) > 1 or len(gold_items) > 1:
+        return len(pred_items) == len(gold_items) and all(
+            _element_match(p, g) for p, g in zip(pred_items, gold_items))
+    return _scalar_match(pred, gold)
+
+
+def _scalar_match(pred: str, gold: str) -> bool:
     norm_pred, norm_gold = normalize_answer(pred), normalize_answer(gold)
     if not norm_pred or not norm_gold:
         return False

@@ -66,7 +66,8 @@ class RolloutManager:
         self.client = EngineClient(router_url, retries=8)
         self.ctx = GenerateContext(rollout, self.tokenizer, self.client, self.router)
         self.scorer = RewardScorer(rollout.rm_type, rollout.custom_rm_path, rollout.group_rm,
-                                   rollout.reward_key, self.ctx)
+                                   rollout.reward_key, self.ctx, rollout.rm_url, rollout.rm_timeout,
+                                   rollout.rm_max_retries)
         self.generate_hook = None
         if rollout.custom_generate_function_path:
             from slime.rewards.hooks import load_function
@@ -134,7 +135,8 @@ class RolloutManager:
     def _load(self, path: str, flag: str) -> list[PromptRecord]:
         d = self.data
         return load_prompts(path, self.tokenizer, d.input_key, d.label_key, d.metadata_key,
-                            d.apply_chat_template, d.apply_chat_template_kwargs, d.rollout_max_prompt_len, flag)
+                            d.apply_chat_template, d.apply_chat_template_kwargs, d.rollout_max_prompt_len, flag,
+                            d.tool_key)
 
     # -- positions (saved with checkpoints) ------------------------------------------------------
     def position_for(self, rollout_id: int) -> dict[str, int]:

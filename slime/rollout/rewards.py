@@ -11,8 +11,9 @@ from slime.data.sample import Sample
 
 class RewardScorer:
     def __init__(self, rm_type: str | None, custom_rm_path: str | None, group_rm: bool,
-                 reward_key: str | None, hook_args: Any = None):
-        from slime.rewards import get_reward_fn
+                 reward_key: str | None, hook_args: Any = None, rm_url: str | None = None,
+                 rm_timeout: float = 60.0, rm_max_retries: int = 3):
+        from slime.rewards import make_reward_fn
         from slime.rewards.hooks import load_function
 
         self.rm_type, self.group_rm, self.reward_key, self.hook_args = rm_type, group_rm, reward_key, hook_args
@@ -21,7 +22,7 @@ class RewardScorer:
         if custom_rm_path:
             self.hook = load_function(custom_rm_path, kind="group_reward" if group_rm else "reward")
         else:
-            self.builtin = get_reward_fn(rm_type)
+            self.builtin = make_reward_fn(rm_type, rm_url, rm_timeout, rm_max_retries)
 
     def score(self, samples: list[Sample], n: int) -> dict[str, float]:
         """Sets sample.reward (and reward_info); returns rollout/ reward metrics."""
@@ -30,7 +31,13 @@ class RewardScorer:
         from slime.rewards.hooks import call_reward_hook
 
         if self.builtin is not None:
-            results = [self.builtin(s.response, s.label) for s in samples]
+            if getattr(self.builtin, "wants_sample", False):  # remote: prompt and metadata, requests in parallel
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max(1, min(16, len(samples)))) as pool:
+                    results = list(pool.map(lambda s: self.builtin(s.response, s.label, sample=s), samples))
+            else:
+                results = [self.builtin(s.response, s.label) for s in samples]
             for s, r in zip(samples, results):
                 s.reward = float(r.score)
                 s.reward_info = {"reason": r.reason, "has_think_block": r.has_think_block}

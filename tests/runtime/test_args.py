@@ -44,7 +44,7 @@ def test_embedded_backend_refuses_tensor_parallelism_naming_the_flag(tiny):
 def test_model_flags_that_disagree_with_config_json_are_refused(tiny):
     cfg = parse_args([*BASE, "--hidden-size", "128", "--hf-checkpoint", str(tiny["model"]),
                       "--prompt-data", str(tiny["train"])])
-    assert any("--hidden-size 128 disagrees with" in e for e in validate(cfg))
+    assert any("hidden_size = 64 in config.json, but the spec says --hidden-size 128" in e for e in validate(cfg))
 
 
 def test_validate_names_each_problem_by_flag():

@@ -38,7 +38,7 @@ def uninterrupted(tiny, ray_cluster, tmp_path_factory):
     dump = str(out / "rollouts" / "{rollout_id}.jsonl")
     _run(tiny_flags(tiny, out, "--num-rollout", "4", "--eval-interval", "2", "--eval-prompt-data", "held_out",
                     str(tiny["eval"]), "--save", str(out / "ckpt"), "--save-interval", "2",
-                    "--save-debug-rollout-data", dump))
+                    "--save-debug-rollout-data", dump, "--use-kl-loss", "--kl-loss-coef", "0.001"))
     return out, dump
 
 
@@ -63,6 +63,14 @@ def test_eval_is_logged_as_eval_name(uninterrupted):
 def test_train_rollout_kl_is_zero_at_step_one_of_a_real_run(uninterrupted):
     rows = _metrics(uninterrupted[0])
     assert abs(rows[1]["train/train_rollout_kl"]) <= 1e-6
+
+
+def test_reference_sanity_thresholds_hold_at_step_one(uninterrupted):
+    """slime's own checks: at step 1 the policy is the old policy and the reference."""
+    step1 = _metrics(uninterrupted[0])[1]
+    assert abs(step1["train/ppo_kl"]) < 1e-8 and abs(step1["train/kl_loss"]) < 1e-8
+    assert step1["train/train_rollout_logp_abs_diff"] <= 0.1
+    assert step1["rollout/staleness_mean"] == 0.0
 
 
 def test_resume_continues_at_next_rollout_id_with_no_prompt_repeated_or_skipped(tiny, uninterrupted, tmp_path):
@@ -97,6 +105,24 @@ def test_fully_async_runs_with_one_step_of_staleness(tiny, ray_cluster, tmp_path
     rows = _metrics(tmp_path)
     assert [r["rollout_id"] for r in rows] == [0, 1]
     assert rows[0]["rollout/staleness_mean"] == 0 and rows[1]["rollout/staleness_mean"] == 1
+
+
+def test_async_staleness_limit_0_drops_and_counts_where_1_keeps(tiny, ray_cluster, tmp_path):
+    out0, out1 = tmp_path / "limit0", tmp_path / "limit1"
+    _run(tiny_flags(tiny, out0, "--num-rollout", "3", "--max-weight-staleness", "0"), entry="train_async")
+    _run(tiny_flags(tiny, out1, "--num-rollout", "3", "--max-weight-staleness", "1"), entry="train_async")
+    rows0, rows1 = _metrics(out0), _metrics(out1)
+    assert [r["rollout/staleness_mean"] for r in rows0] == [0, 0, 0]
+    assert [r["rollout/stale_dropped_samples"] for r in rows0] == [0, 16, 16]
+    assert [r["rollout/staleness_mean"] for r in rows1] == [0, 1, 1]
+    assert [r["rollout/stale_dropped_samples"] for r in rows1] == [0, 0, 0]
+
+
+def test_update_weights_interval_2_syncs_every_other_rollout(tiny, ray_cluster, tmp_path):
+    _run(tiny_flags(tiny, tmp_path, "--num-rollout", "3", "--update-weights-interval", "2"))
+    rows = _metrics(tmp_path)
+    assert [r["rollout/staleness_mean"] for r in rows] == [0, 1, 0]
+    assert ["perf/sync_time" in r for r in rows] == [False, True, True]  # and after the last rollout
 
 
 def test_failing_reward_hook_names_the_hook_and_the_sample(tiny, ray_cluster, tmp_path):

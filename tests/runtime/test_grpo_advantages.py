@@ -75,12 +75,15 @@ def test_nan_reward_is_rejected() -> None:
         normalize_group_rewards([1.0, float("nan")], 2)
 
 
-def test_reinforce_plus_plus_baseline_centres_groups_then_whitens_batch() -> None:
+def test_reinforce_plus_plus_baseline_centres_groups_without_std() -> None:
+    # Group mean is the baseline, no std division; whitening is --normalize-advantages (trainer).
     adv = compute_advantages([1, 0, 3, 1], 2, estimator="reinforce_plus_plus_baseline")
-    # Group-centred: [0.5, -0.5, 1, -1]; batch mean 0, biased std sqrt(0.625).
-    scale = 1 / math.sqrt(0.625 + 1e-8)
-    assert adv == pytest.approx([0.5 * scale, -0.5 * scale, scale, -scale])
-    assert sum(adv) == pytest.approx(0.0, abs=1e-12)
+    assert adv == pytest.approx([0.5, -0.5, 1.0, -1.0])
+
+
+def test_reinforce_plus_plus_returns_the_raw_reward_without_baseline() -> None:
+    assert compute_advantages([1, 0, 3, 1], 2, estimator="reinforce_plus_plus") == [1.0, 0.0, 3.0, 1.0]
+    assert compute_advantages([0.5], 1, estimator="reinforce_plus_plus") == [0.5]
 
 
 def test_unknown_estimator_lists_known_ones() -> None:

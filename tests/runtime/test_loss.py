@@ -106,8 +106,8 @@ def test_sample_mean_and_token_mean_aggregation_differ() -> None:
     mask = _t([[1, 1, 1, 1], [1, 0, 0, 0]])
     assert aggregate(values, mask, "sample_mean").item() == pytest.approx(0.5)  # (1 + 0) / 2
     assert aggregate(values, mask, "token_mean").item() == pytest.approx(0.8)  # 4 / 5
-    # A fully masked sample (removed) does not dilute the sample mean.
-    assert aggregate(values, _t([[1, 1, 1, 1], [0, 0, 0, 0]]), "sample_mean").item() == pytest.approx(1.0)
+    # A fully masked (removed) sample contributes zero and still counts as a sample of the step.
+    assert aggregate(values, _t([[1, 1, 1, 1], [0, 0, 0, 0]]), "sample_mean").item() == pytest.approx(0.5)
 
 
 def test_gradient_flows_only_through_log_probs() -> None:

@@ -146,9 +146,9 @@ def test_random_reward_is_seeded_and_marked_test_only() -> None:
 
 
 def test_unknown_reward_type_lists_builtins() -> None:
-    with pytest.raises(ValueError, match="unknown --rm-type 'mathh'.*boxed_math, deepscaler, f1, math, random"):
+    with pytest.raises(ValueError, match="unknown --rm-type .mathh.*boxed_math, dapo, deepscaler, f1, gpqa, math, random, remote_rm"):
         get_reward_fn("mathh")
-    assert set(REWARD_TYPES) == {"deepscaler", "math", "boxed_math", "f1", "random"}
+    assert set(REWARD_TYPES) == {"deepscaler", "math", "boxed_math", "dapo", "f1", "gpqa", "random"}
 
 
 def test_symbolic_grading_works_outside_main_thread() -> None:

@@ -21,6 +21,26 @@ _SGLANG_PARALLEL = ("tp_size", "tensor_parallel_size", "pp_size", "dp_size", "da
 _SGLANG_SEMANTIC = ("speculative_algorithm", "kv_cache_dtype", "quantization", "enable_dp_attention",
                     "disaggregation_mode", "enable_return_routed_experts")
 
+# How the embedded trainer reads the Megatron flags it may be given (cfg.megatron). Every flag
+# is in one of these, or refused by embedded_megatron_flag_errors() naming it (tests walk the
+# parser against this: tests/runtime/test_flags_read_or_refused.py).
+# - the LR schedule: read into OptimConfig (slime/args.py) and run by slime/training/lr_schedule.py;
+EMBEDDED_READS_LR = ("lr_decay_style", "min_lr", "lr_warmup_iters", "lr_warmup_fraction", "lr_decay_iters")
+# - model-spec flags (MODEL_ARGS): the embedded trainer loads the model --hf-checkpoint/config.json
+#   describes, and these are compared with it before start (model_flag_errors, PAR-7);
+EMBEDDED_CHECKS_SPEC = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
+    "num_query_groups", "kv_channels", "norm_epsilon", "rotary_base", "vocab_size",
+    "untie_embeddings_and_output_weights", "add_qkv_bias", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+    "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+    "swiglu", "normalization", "position_embedding_type", "use_rotary_position_embeddings", "disable_bias_linear",
+    "max_position_embeddings",
+)
+# - parallel sizes: 1 is what the embedded trainer does (data parallel only); > 1 is refused;
+# - --optimizer adam: the embedded trainer's AdamW is Megatron's adam (decoupled weight decay).
+_EMBEDDED_OK = (*EMBEDDED_READS_LR, *EMBEDDED_CHECKS_SPEC, *_PARALLEL, "optimizer")
+
+
 def _int(v: Any) -> int | None:
     try:
         return int(v)
@@ -48,8 +68,11 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
             if v is not None and v > 1:
                 e.append(f"--{k.replace('_', '-')} {v}: the embedded trainer does not shard models "
                          f"(data parallel only); use 1, or --train-backend megatron")
-        if cfg.megatron.get("optimizer_cpu_offload"):
-            e.append("--optimizer-cpu-offload: the embedded trainer keeps AdamW on the model's device")
+        e.extend(embedded_megatron_flag_errors(cfg.megatron))
+        if not c.colocate and c.offload_train:
+            e.append("--offload / --offload-train without --colocate: the embedded trainer owns its pool and has "
+                     "nothing to hand over between phases (with --colocate it offloads each side in turn); drop the "
+                     "flag, or use --train-backend megatron")
         loss = cfg.loss
         if getattr(loss, "use_routing_replay", False):
             e.append("--use-routing-replay: the embedded trainer runs dense Hugging Face models and has no MoE "
@@ -61,6 +84,10 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
         e.append("--use-rollout-routing-replay (R3): the embedded engine returns no routed experts "
                  "(return_routed_experts); use --rollout-backend sglang with --sglang-enable-return-routed-experts")
     if c.rollout_backend == "embedded" and not c.external:
+        if not c.colocate and c.offload_rollout:
+            e.append("--offload / --offload-rollout without --colocate: an embedded engine on its own pool keeps its "
+                     "weights between rollouts (with --colocate engines release memory while training); drop the "
+                     "flag, or use --rollout-backend sglang")
         if c.sglang_config or c.prefill_num_servers:
             e.append("--sglang-config / --prefill-num-servers: server groups and PD need --rollout-backend sglang")
         if c.rollout_num_gpus_per_engine != 1:
@@ -85,6 +112,63 @@ def ignored_sglang_flags(cfg) -> list[str]:
     return [f"--sglang-{k.replace('_', '-')}" for k in cfg.sglang if k not in flagged]
 
 
+def embedded_megatron_flag_errors(megatron: dict) -> list[str]:
+    """Megatron flags the embedded trainer neither reads nor checks: refused, each named."""
+    e = []
+    opt = megatron.get("optimizer")
+    if opt is not None and str(opt).lower() != "adam":
+        e.append(f"--optimizer {opt}: the embedded trainer runs AdamW (Megatron's adam); use adam or "
+                 f"--train-backend megatron")
+    for key in megatron:
+        if key in _EMBEDDED_OK:
+            continue
+        e.append(f"--{key.replace('_', '-')}: a Megatron option the embedded trainer (one fp32 Hugging Face model "
+                 f"per data-parallel rank) has no equivalent for, so it would be ignored; drop it, or use "
+                 f"--train-backend megatron")
+    return e
+
+
+def _spec_extra_mismatches(flags: dict, hf: dict) -> list[str]:
+    """Spec flags the Megatron checker leaves to the model builder, checked here for the
+    embedded trainer (which builds from config.json and would otherwise ignore them)."""
+    lines = []
+    act = str(hf.get("hidden_act", "")).lower()
+    if "swiglu" in flags and act and act not in ("silu", "swish"):
+        lines.append(f"hidden_act = {act!r} in config.json, but the spec says --swiglu")
+    norm = flags.get("normalization")
+    if norm is not None:
+        has_rms = "rms_norm_eps" in hf
+        if (str(norm) == "RMSNorm") != has_rms and ("layer_norm_eps" in hf or has_rms):
+            lines.append(f"config.json has {'rms_norm_eps' if has_rms else 'layer_norm_eps'}, but the spec says "
+                         f"--normalization {norm}")
+    rope = [f for f in ("--position-embedding-type rope", "--use-rotary-position-embeddings")
+            if (f.endswith("rope") and str(flags.get("position_embedding_type", "")) == "rope")
+            or (f.endswith("embeddings") and flags.get("use_rotary_position_embeddings"))]
+    if rope and "rope_theta" not in hf and not hf.get("rope_scaling") and not hf.get("rope_parameters"):
+        lines.append(f"config.json has no rope_theta, but the spec says {rope[0]}")
+    if flags.get("group_query_attention") and "num_key_value_heads" in hf \
+            and hf.get("num_key_value_heads") == hf.get("num_attention_heads"):
+        lines.append("config.json has as many KV heads as attention heads (no grouping), but the spec says "
+                     "--group-query-attention")
+    if flags.get("multi_latent_attention") and "kv_lora_rank" not in hf:
+        lines.append("config.json has no kv_lora_rank, but the spec says --multi-latent-attention")
+    experts = flags.get("num_experts")
+    if experts not in (None, False, "0", 0) and not any(k in hf for k in ("n_routed_experts", "num_experts")):
+        lines.append(f"config.json describes no experts, but the spec says --num-experts {experts}")
+    if flags.get("disable_bias_linear") and hf.get("mlp_bias"):
+        lines.append("mlp_bias = true in config.json, but the spec says --disable-bias-linear")
+    mpe = flags.get("max_position_embeddings")
+    if mpe is not None and "max_position_embeddings" in hf:
+        try:
+            if int(mpe) > int(hf["max_position_embeddings"]):
+                lines.append(f"max_position_embeddings = {hf['max_position_embeddings']} in config.json, but the spec "
+                             f"says --max-position-embeddings {mpe}")
+        except (TypeError, ValueError):
+            lines.append(f"--max-position-embeddings {mpe!r}: not an integer")
+    return lines
+
+
+
 def model_flag_errors(cfg) -> list[str]:
     """Model architecture flags (from scripts/models/*.sh) must match --hf-checkpoint/config.json;
     slime.model_spec compares them (the same comparison the converters and ``check`` run)."""
@@ -95,5 +179,9 @@ def model_flag_errors(cfg) -> list[str]:
         return []
     from slime.model_spec import flag_mismatches
 
-    return [f"{m.flag} {m.spec} disagrees with {path}: {m.key} = {m.config} ({m.field})"
-            for m in flag_mismatches(cfg.megatron, json.loads(path.read_text()))]
+    hf = json.loads(path.read_text())
+    lines = [f"{m.key} = {m.config} in config.json, but the spec says {m.flag} {m.spec} ({m.field})"
+             for m in flag_mismatches(cfg.megatron, hf)]
+    spec = {k: v for k, v in cfg.megatron.items() if k in EMBEDDED_CHECKS_SPEC}
+    lines += _spec_extra_mismatches(spec, hf)
+    return [f"{path}: {line}" for line in lines]

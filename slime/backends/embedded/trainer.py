@@ -14,8 +14,14 @@ from slime.backends.embedded.model import load_model, pick_device
 from slime.backends.embedded.weights import named_weights
 from slime.config import BatchConfig, LossConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.training import lr_schedule
+from slime.training.advantages import needs_token_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
-from slime.training.loss import compute_total_loss, entropy_from_logits, gather_log_probs
+from slime.training.loss import (compute_total_loss, entropy_from_logits, from_runtime, gather_log_probs,
+                                 step_denominator)
+
+# train/* metrics that are not a share of the step's aggregate (they do not add over micro-batches).
+NON_ADDITIVE = ("train/grad_norm", "train/lr")
 
 
 @dataclass
@@ -23,7 +29,7 @@ class Padded:
     tokens: torch.Tensor  # [B, T] right-padded
     attention: torch.Tensor  # [B, T]
     loss_mask: torch.Tensor  # [B, T-1] float, aligned with shifted log-probs
-    advantages: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B], or [B, T-1] when records carry token advantages
     rollout_log_probs: torch.Tensor  # [B, T-1]
 
 
@@ -42,16 +48,16 @@ def pad_records(records: list[TrainRecord], pad_id: int, device: torch.device) -
         if r.rollout_log_probs:
             rollout[i, lo:hi] = torch.tensor(r.rollout_log_probs)
     adv = torch.tensor([r.advantage for r in records], dtype=torch.float)
+    if any(r.token_advantages is not None for r in records):
+        adv = adv.unsqueeze(-1).repeat(1, t - 1)
+        for i, r in enumerate(records):
+            if r.token_advantages is not None:
+                adv[i, r.prompt_len - 1:len(r.tokens) - 1] = torch.tensor(r.token_advantages)
     return Padded(tokens.to(device), attention.to(device), mask.to(device), adv.to(device), rollout.to(device))
 
 
 def loss_fn_config(loss: LossConfig) -> LossFnConfig:
-    tis_mode = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
-    low, high = ((loss.icepop_low, loss.icepop_high) if loss.use_icepop else (loss.tis_clip_low, loss.tis_clip))
-    return LossFnConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
-                        kl_loss_coef=loss.kl_loss_coef if loss.use_kl_loss else 0.0,
-                        kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
-                        tis_mode=tis_mode, tis_clip=high, tis_clip_low=low)
+    return from_runtime(loss)  # one rule for every backend (slime/training/loss.py)
 
 
 class EmbeddedTrainer:
@@ -65,7 +71,7 @@ class EmbeddedTrainer:
         self.fn_cfg = loss_fn_config(loss)
         self.module = load_model(hf_checkpoint, weights, self.device).train()
         self.ref = None
-        if loss.use_kl_loss:
+        if loss.needs_ref:
             self.ref = load_model(hf_checkpoint, ref_weights, self.device).eval().requires_grad_(False)
         from transformers import AutoTokenizer
 
@@ -77,6 +83,13 @@ class EmbeddedTrainer:
         self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=optim.lr,
                                            betas=(optim.adam_beta1, optim.adam_beta2),
                                            eps=optim.adam_eps, weight_decay=optim.weight_decay)
+        self.lr_schedule = lr_schedule.from_optim(optim)
+        self.steps_taken = 0  # optimizer steps so far (the LR schedule's clock; restored on resume)
+
+    def resume_lr_schedule(self) -> None:
+        """After loading AdamW state (--load): continue the schedule at the saved step count."""
+        steps = [int(st["step"]) for st in self.optimizer.state.values() if "step" in st]
+        self.steps_taken = max(steps, default=0)
 
     # -- forward ---------------------------------------------------------------------------------
     def _logits(self, model: torch.nn.Module, p: Padded) -> torch.Tensor:
@@ -94,32 +107,68 @@ class EmbeddedTrainer:
     def train(self, records: list[TrainRecord], num_steps: int) -> dict[str, float]:
         """num_steps optimizer steps over this rollout's records (all ranks get all records and
         take their shard). Old log-probs are the trainer's own, computed before the first step
-        (or the engine's with --use-rollout-logprobs)."""
-        sums: dict[str, float] = {}
-        count = 0
+        (or the engine's with --use-rollout-logprobs). Each step's loss is aggregated over the
+        step's whole batch (slime/training/loss.py): micro-batching and ranks do not change it."""
         cap = self.batch_cfg.max_tokens_per_gpu if self.batch_cfg.use_dynamic_batch_size else None
         plan = []
         for step in split_steps(records, num_steps):
             shard = rank_shard(step, self.rank, self.world_size)
-            plan.append((shard, micro_batches(shard, self.batch_cfg.micro_batch_size, cap)))
+            denom = step_denominator([r.response_mask for r in step], self.fn_cfg.agg, self.fn_cfg.max_response_len)
+            plan.append((micro_batches(shard, self.batch_cfg.micro_batch_size, cap), denom))
         # The PPO "old" policy is the one that existed before this rollout's first update.
-        all_olds = [[self._old(mb) for mb in mbs] for _, mbs in plan]
-        for (shard, mbs), olds in zip(plan, all_olds):
+        all_olds = [[self._old(mb) for mb in mbs] for mbs, _ in plan]
+        self._set_token_advantages(plan, all_olds)
+        sums: dict[str, float] = {}
+        for (mbs, denom), olds in zip(plan, all_olds):
             self.optimizer.zero_grad(set_to_none=True)
-            for k, (mb, (old, ref)) in enumerate(zip(mbs, olds)):
-                last = k == len(mbs) - 1
-                sync = contextlib.nullcontext() if last or self.world_size == 1 else self.model.no_sync()
-                with sync:
-                    loss, metrics = self._micro_loss(mb, old, ref)
-                    (loss * len(mb) / len(shard)).backward()
-                for key, v in metrics.items():
-                    sums[key] = sums.get(key, 0.0) + v
-                count += 1
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.clip_grad)
+            metrics = self.accumulate_grads(mbs, olds, denom)
+            metrics["train/grad_norm"] = float(
+                torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.clip_grad))
+            metrics["train/lr"] = self._set_lr()
             self.optimizer.step()
-            sums["train/grad_norm"] = sums.get("train/grad_norm", 0.0) + float(grad_norm) * len(mbs)
-        out = {k: v / max(count, 1) for k, v in sums.items()}
-        return self._all_reduce_mean(out)
+            self.steps_taken += 1
+            for key, v in metrics.items():
+                sums[key] = sums.get(key, 0.0) + v
+        return self._reduce_over_ranks({k: v / max(len(plan), 1) for k, v in sums.items()})
+
+    def accumulate_grads(self, mbs: list[list[TrainRecord]], olds: list, denominator: float) -> dict[str, float]:
+        """Backward over one step's micro-batches (this rank's): each adds its share of the step's
+        loss, scaled by the world size because DDP averages gradients over ranks."""
+        sums: dict[str, float] = {}
+        for k, (mb, (old, ref)) in enumerate(zip(mbs, olds)):
+            last = k == len(mbs) - 1
+            sync = contextlib.nullcontext() if last or self.world_size == 1 else self.model.no_sync()
+            with sync:
+                loss, metrics = self._micro_loss(mb, old, ref, denominator)
+                (loss * self.world_size).backward()
+            for key, v in metrics.items():
+                sums[key] = sums.get(key, 0.0) + v
+        return sums
+
+    def _set_lr(self) -> float:
+        lr = self.lr_schedule(self.steps_taken)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+    def _set_token_advantages(self, plan: list, all_olds: list) -> None:
+        """KL in the reward / --normalize-advantages (slime/training/advantages.py), per token."""
+        loss = self.loss_cfg
+        if not needs_token_advantages(loss.advantage_estimator, loss.kl_coef, loss.normalize_advantages):
+            return
+        recs, olds, refs = [], [], []
+        for (mbs, _), mb_olds in zip(plan, all_olds):
+            for mb, (old, ref) in zip(mbs, mb_olds):
+                for i, r in enumerate(mb):
+                    lo, hi = r.prompt_len - 1, len(r.tokens) - 1
+                    recs.append(r)
+                    olds.append(old[i, lo:hi].tolist())
+                    refs.append(ref[i, lo:hi].tolist() if ref is not None else None)
+        values = token_advantages([r.advantage for r in recs], [r.response_mask for r in recs], olds,
+                                  refs if self.ref is not None else None, loss.advantage_estimator, loss.kl_coef,
+                                  loss.kl_loss_type, loss.normalize_advantages, self._all_reduce_sum_list)
+        for r, v in zip(recs, values):
+            r.token_advantages = v
 
     def _old(self, mb: list[TrainRecord]) -> tuple[torch.Tensor, torch.Tensor | None]:
         p = pad_records(mb, self.pad_id, self.device)
@@ -133,23 +182,32 @@ class EmbeddedTrainer:
                 ref = gather_log_probs(self._logits(self.ref, p), p.tokens[:, 1:], self.loss_cfg.temperature)
         return old, ref
 
-    def _micro_loss(self, mb: list[TrainRecord], old: torch.Tensor, ref: torch.Tensor | None):
+    def _micro_loss(self, mb: list[TrainRecord], old: torch.Tensor, ref: torch.Tensor | None,
+                    denominator: float | None = None):
         p = pad_records(mb, self.pad_id, self.device)
         logits = self._logits(self.model, p)
         lp = gather_log_probs(logits, p.tokens[:, 1:], self.loss_cfg.temperature)
         ent = entropy_from_logits(logits, self.loss_cfg.temperature)
         if self.loss_cfg.entropy_coef == 0:
             ent = ent.detach()
-        return compute_total_loss(lp, old, p.advantages, p.loss_mask, self.fn_cfg, ref_log_probs=ref,
-                                  rollout_log_probs=p.rollout_log_probs, entropy=ent)
+        return compute_total_loss(lp, old, p.advantages, p.loss_mask, self.fn_cfg,
+                                  ref_log_probs=ref if self.loss_cfg.use_kl_loss else None,
+                                  rollout_log_probs=p.rollout_log_probs, entropy=ent, denominator=denominator)
 
-    def _all_reduce_mean(self, metrics: dict[str, float]) -> dict[str, float]:
+    def _all_reduce_sum_list(self, values: list[float]) -> list[float]:
+        if self.world_size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def _reduce_over_ranks(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Shares of the step aggregates add up over ranks; grad norm and lr are the same on all."""
         if self.world_size == 1 or not metrics:
             return metrics
         keys = sorted(metrics)
-        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
-        dist.all_reduce(t)
-        return {k: float(v) / self.world_size for k, v in zip(keys, t)}
+        total = self._all_reduce_sum_list([metrics[k] for k in keys])
+        return {k: v / self.world_size if k in NON_ADDITIVE else v for k, v in zip(keys, total)}
 
     # -- weights, offload, state ------------------------------------------------------------------
     def named_weights(self) -> dict[str, torch.Tensor]:

@@ -31,8 +31,11 @@ from slime.backends.megatron.model_args import (_int, check_hf_config, load_flag
                                                 parallel_kwargs)
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.training import lr_schedule
+from slime.training.advantages import needs_token_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
-from slime.training.loss import compute_total_loss, entropy_from_logits, gather_log_probs
+from slime.training.loss import (compute_total_loss, entropy_from_logits, from_runtime, gather_log_probs,
+                                 step_denominator)
 
 
 # megatron-core 0.19's default optimizer layout (fully_sharded_model_space) needs flattened
@@ -61,9 +64,7 @@ def _cast_params(module: torch.nn.Module, dtype: torch.dtype) -> None:
 
 def loss_fn_config(loss: LossConfig) -> LossFnConfig:
     """Runtime LossConfig -> the loss function's config (same rule as the embedded trainer)."""
-    from slime.backends.embedded.trainer import loss_fn_config as embedded_rule
-
-    return embedded_rule(loss)
+    return from_runtime(loss)
 
 
 @dataclass
@@ -167,10 +168,11 @@ class MegatronTrainer:
         self.module = module
         self.optimizer = get_megatron_optimizer(self.opt_config, [self.model])
         wd = self.opt_config.weight_decay
+        sched = lr_schedule.from_optim(optim)  # the same flags, read the same way as the embedded trainer
         self.scheduler = OptimizerParamScheduler(
-            self.optimizer, init_lr=optim.lr, max_lr=optim.lr, min_lr=self.opt_config.min_lr or 0.0,
-            lr_warmup_steps=0, lr_decay_steps=1, lr_decay_style="constant", start_wd=wd, end_wd=wd,
-            wd_incr_steps=1, wd_incr_style="constant")
+            self.optimizer, init_lr=0.0, max_lr=optim.lr, min_lr=sched.min_lr,
+            lr_warmup_steps=sched.warmup_steps, lr_decay_steps=max(sched.decay_steps, 1),
+            lr_decay_style=sched.style, start_wd=wd, end_wd=wd, wd_incr_steps=1, wd_incr_style="constant")
         self.config.no_sync_func = self.model.no_sync
         self.config.finalize_model_grads_func = finalize_model_grads
         self.config.grad_scale_func = self.optimizer.scale_loss
@@ -187,7 +189,7 @@ class MegatronTrainer:
         if self.dp_size > 1:
             self.model.broadcast_params()
         self.optimizer.reload_model_params()  # fp32 main params from the loaded bf16 weights
-        if loss.use_kl_loss:
+        if loss.needs_ref:
             self.ref_state = self._snapshot()
             if model.ref_load and model.load and model.ref_load != model.load:
                 actor = self._snapshot()
@@ -312,7 +314,11 @@ class MegatronTrainer:
         # This DP rank's records per optimizer step. Old (and reference) log-probs are computed
         # before the first update, shard by shard with the packs training will use, so at the
         # first micro-batch the ratio is exactly 1.
-        plan = [rank_shard(step, self.dp_rank, self.dp_size) for step in split_steps(records, num_steps)]
+        steps = split_steps(records, num_steps)
+        plan = [rank_shard(step, self.dp_rank, self.dp_size) for step in steps]
+        # The loss of a step is its share of the step's whole-batch aggregate (slime/training/loss.py).
+        denoms = [step_denominator([r.response_mask for r in step], self.fn_cfg.agg, self.fn_cfg.max_response_len)
+                  for step in steps]
         olds: dict[int, list[float]] | None = None if self.loss_cfg.use_rollout_logprobs else {}
         refs: dict[int, list[float]] | None = None if self.ref_state is None else {}
         for shard in plan:
@@ -320,62 +326,93 @@ class MegatronTrainer:
                 olds.update(zip(map(id, shard), self.log_probs(shard)))
             if refs is not None:
                 refs.update(zip(map(id, shard), self.log_probs(shard, use_ref=True)))
+        lc = self.loss_cfg
+        if needs_token_advantages(lc.advantage_estimator, lc.kl_coef, lc.normalize_advantages):
+            mine = [r for shard in plan for r in shard]
+            old_rows = [olds[id(r)] if olds is not None else r.rollout_log_probs for r in mine]
+            values = token_advantages([r.advantage for r in mine], [r.response_mask for r in mine], old_rows,
+                                      [refs[id(r)] for r in mine] if refs is not None else None,
+                                      lc.advantage_estimator, lc.kl_coef, lc.kl_loss_type, lc.normalize_advantages,
+                                      self._sum_over_dp)
+            for r, v in zip(mine, values):
+                r.token_advantages = v
         sums: dict[str, float] = {}
         count = 0
-        for shard in plan:
-            packs = self._packs(shard)
-            n_mb = len(packs)
-            step_metrics: list[dict[str, float]] = []
-
-            def loss_func(pack: Pack, logits: torch.Tensor):
-                lp, ent = self._response_log_probs(logits, pack, with_entropy=self.loss_cfg.entropy_coef != 0)
-                lp = _pad_rows(lp, pack.resp_lens)
-                ent = _pad_rows(ent, pack.resp_lens) if ent is not None else None
-                dev = lp.device
-                mask = _rows_to_tensor([r.response_mask for r in pack.records], dev)
-                adv = torch.tensor([r.advantage for r in pack.records], device=dev)
-                rollout = _rows_to_tensor([r.rollout_log_probs for r in pack.records], dev) \
-                    if all(len(r.rollout_log_probs) == r.response_len for r in pack.records) else None
-                if olds is None and rollout is None:
-                    raise ValueError("--use-rollout-logprobs needs the engine's log-probs on every record")
-                old = rollout if olds is None else _rows_to_tensor([olds[id(r)] for r in pack.records], dev)
-                ref = _rows_to_tensor([refs[id(r)] for r in pack.records], dev) if refs is not None else None
-                loss, metrics = compute_total_loss(lp, old, adv, mask, self.fn_cfg, ref_log_probs=ref,
-                                                   rollout_log_probs=rollout, entropy=ent)
-                step_metrics.append(metrics)
-                # The schedule divides by the number of micro-batches; weigh packs by samples.
-                return loss * (len(pack.records) / len(shard)) * n_mb, {}
-
-            self.model.zero_grad_buffer()
-            self.optimizer.zero_grad()
-            self.model.train()
-            self._run(packs, loss_func, forward_only=False)
+        for shard, denom in zip(plan, denoms):
+            step_metrics = self.accumulate_grads(shard, denom, olds, refs)
+            lr = float(self.optimizer.param_groups[0]["lr"])
             ok, grad_norm, _ = self.optimizer.step()
             self.scheduler.step(increment=1)
             self.iteration += 1
-            for m in step_metrics:
+            for m in step_metrics:  # shares of the step's aggregates: they add up
                 for k, v in m.items():
                     sums[k] = sums.get(k, 0.0) + v
-                count += 1
+            count += 1
+            # Identical on every DP rank; pre-divided so that the sum over DP below restores it.
             if grad_norm is not None:
-                sums["train/grad_norm"] = sums.get("train/grad_norm", 0.0) + float(grad_norm) * len(step_metrics)
+                sums["train/grad_norm"] = sums.get("train/grad_norm", 0.0) + float(grad_norm) / self.dp_size
+            sums["train/lr"] = sums.get("train/lr", 0.0) + lr / self.dp_size
             if not ok:
-                sums["train/skipped_steps"] = sums.get("train/skipped_steps", 0.0) + len(step_metrics)
+                sums["train/skipped_steps"] = sums.get("train/skipped_steps", 0.0) + 1.0 / self.dp_size
         out = {k: v / max(count, 1) for k, v in sums.items()}
-        out = self._mean_over_dp(out)
+        out = self._sum_over_dp_metrics(out)
         out["perf/train_seconds"] = time.time() - t0
         return out
 
-    def _mean_over_dp(self, metrics: dict[str, float]) -> dict[str, float]:
+    def accumulate_grads(self, shard: list[TrainRecord], denom: float, olds: dict[int, list[float]] | None,
+                         refs: dict[int, list[float]] | None) -> list[dict[str, float]]:
+        """Forward/backward of one step's packs (this DP rank's shard) into zeroed grad buffers:
+        each pack adds its share of the step's loss (``denom`` from the whole step)."""
+        packs = self._packs(shard)
+        n_mb = len(packs)
+        step_metrics: list[dict[str, float]] = []
+
+        def loss_func(pack: Pack, logits: torch.Tensor):
+            lp, ent = self._response_log_probs(logits, pack, with_entropy=self.loss_cfg.entropy_coef != 0)
+            lp = _pad_rows(lp, pack.resp_lens)
+            ent = _pad_rows(ent, pack.resp_lens) if ent is not None else None
+            dev = lp.device
+            mask = _rows_to_tensor([r.response_mask for r in pack.records], dev)
+            adv = torch.tensor([r.advantage for r in pack.records], device=dev)
+            if any(r.token_advantages is not None for r in pack.records):
+                adv = _rows_to_tensor([r.token_advantages if r.token_advantages is not None
+                                       else [r.advantage] * r.response_len for r in pack.records], dev)
+            rollout = _rows_to_tensor([r.rollout_log_probs for r in pack.records], dev) \
+                if all(len(r.rollout_log_probs) == r.response_len for r in pack.records) else None
+            if olds is None and rollout is None:
+                raise ValueError("--use-rollout-logprobs needs the engine's log-probs on every record")
+            old = rollout if olds is None else _rows_to_tensor([olds[id(r)] for r in pack.records], dev)
+            ref = _rows_to_tensor([refs[id(r)] for r in pack.records], dev) if refs is not None else None
+            loss, metrics = compute_total_loss(lp, old, adv, mask, self.fn_cfg,
+                                               ref_log_probs=ref if self.loss_cfg.use_kl_loss else None,
+                                               rollout_log_probs=rollout, entropy=ent, denominator=denom)
+            step_metrics.append(metrics)
+            # `loss` is this pack's share of the step's loss. The schedule divides by the number
+            # of micro-batches and DDP averages gradients over DP ranks: undo both.
+            return loss * n_mb * self.dp_size, {}
+
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        self.model.train()
+        self._run(packs, loss_func, forward_only=False)
+        return step_metrics
+
+    def _sum_over_dp(self, values: list[float]) -> list[float]:
+        if self.dp_size == 1:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, group=self.ps.get_data_parallel_group())
+        return t.tolist()
+
+    def _sum_over_dp_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Every DP rank holds its share of each step aggregate (non-additive ones pre-divided)."""
         if dist.get_world_size() == 1:
             return metrics
         metrics = self._from_last_stage(metrics if self._is_last_stage() else None) or {}
         keys = sorted(metrics)
         if not keys:
             return metrics
-        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=self.device)
-        dist.all_reduce(t, group=self.ps.get_data_parallel_group())
-        return {k: float(v) / self.dp_size for k, v in zip(keys, t)}
+        return dict(zip(keys, self._sum_over_dp([metrics[k] for k in keys])))
 
     # -- weights out -------------------------------------------------------------------------------
     def export_hf_weights(self, bucket_bytes: int = 512 * 2**20, dtype: torch.dtype = torch.bfloat16

@@ -1,0 +1,109 @@
+"""Token-level advantages: KL in the reward (``--kl-coef``) and ``--normalize-advantages``.
+
+Sample-level advantages come from :mod:`slime.data.batch_builder` (group normalization, the
+numbers the lab shows). Two things need token-level values that only the trainer can compute,
+because they need the trainer's old and reference log-probs:
+
+- ``--kl-coef`` puts ``-kl_coef * KL_t`` into the per-token reward, with ``KL_t`` the
+  ``--kl-loss-type`` estimate of ``log pi_old - log pi_ref`` at token t:
+  * ``reinforce_plus_plus``: return-to-go ``G_t = sum_{t' >= t} r_t'`` (gamma = 1) where
+    ``r_t' = -kl_coef * KL_t'`` and the sample's reward is added at its last loss token;
+  * ``reinforce_plus_plus_baseline``: ``A_t = (r - group mean) - kl_coef * KL_t``.
+  Group-relative estimators (grpo, dr_grpo, gspo, cispo) take no KL in the reward: their
+  baseline is the group, and ``validate()`` refuses ``--kl-coef`` with them (use
+  ``--use-kl-loss``).
+- ``--normalize-advantages`` whitens every loss token's advantage over the whole rollout (all
+  data-parallel ranks): ``(a - mean) / sqrt(var + 1e-8)``, mean and unbiased variance taken over
+  loss tokens.
+
+Plain Python over lists (no torch): both trainers call it with per-record log-prob lists, and
+ranks combine their partial sums through ``reduce_sums``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+WHITEN_EPS = 1e-8
+TOKEN_KL_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
+
+
+def kl_value(d: float, kl_type: str) -> float:
+    """One token's KL estimate from ``d = log pi - log ref`` (same as loss.kl_penalty)."""
+    if kl_type == "k1":
+        return d
+    if kl_type == "k2":
+        return 0.5 * d * d
+    if kl_type == "k3":
+        return math.exp(-d) - 1.0 + d
+    if kl_type == "low_var_kl":
+        d = min(max(d, -20.0), 20.0)
+        return min(max(math.exp(-d) - 1.0 + d, -10.0), 10.0)
+    raise ValueError(f"unknown kl type {kl_type!r}; known: k1, k2, k3, low_var_kl")
+
+
+def needs_token_advantages(estimator: str, kl_coef: float, normalize_advantages: bool) -> bool:
+    return normalize_advantages or (kl_coef != 0.0 and estimator in TOKEN_KL_ESTIMATORS)
+
+
+def kl_shaped(advantage: float, mask: Sequence[float], old: Sequence[float] | None, ref: Sequence[float] | None,
+              estimator: str, kl_coef: float, kl_type: str) -> list[float]:
+    """One sample's per-token advantages before whitening (module docstring)."""
+    n = len(mask)
+    if kl_coef == 0.0 or estimator not in TOKEN_KL_ESTIMATORS:
+        return [float(advantage)] * n
+    if old is None or ref is None:
+        raise ValueError("--kl-coef needs the trainer's old and reference log-probs (--ref-load)")
+    kl = [kl_value(o - r, kl_type) for o, r in zip(old, ref)]
+    if estimator == "reinforce_plus_plus_baseline":
+        return [float(advantage) - kl_coef * k for k in kl]
+    rewards = [-kl_coef * k for k in kl]
+    last = max((i for i, m in enumerate(mask) if m), default=None)
+    if last is not None:  # the sequence reward arrives with the last token the policy generated
+        rewards[last] += float(advantage)
+    out, running = [0.0] * n, 0.0
+    for t in range(n - 1, -1, -1):
+        running += rewards[t]
+        out[t] = running
+    return out
+
+
+def whiten_stats(advantages: Sequence[Sequence[float]], masks: Sequence[Sequence[float]]) -> list[float]:
+    """Partial sums ``[sum, sum of squares, count]`` over loss tokens (add them over ranks)."""
+    s = sq = c = 0.0
+    for adv, mask in zip(advantages, masks):
+        for a, m in zip(adv, mask):
+            if m:
+                s += a
+                sq += a * a
+                c += 1.0
+    return [s, sq, c]
+
+
+def whiten(advantages: list[list[float]], stats: Sequence[float]) -> list[list[float]]:
+    s, sq, c = stats
+    if c == 0:
+        raise ValueError("--normalize-advantages: the rollout has no loss tokens to whiten over")
+    mean = s / c
+    var = max(sq / c - mean * mean, 0.0)
+    if c >= 2:
+        var *= c / (c - 1)  # unbiased
+    scale = 1.0 / math.sqrt(var + WHITEN_EPS)
+    return [[(a - mean) * scale for a in adv] for adv in advantages]
+
+
+def token_advantages(advantages: Sequence[float], masks: Sequence[Sequence[float]],
+                     olds: Sequence[Sequence[float]] | None, refs: Sequence[Sequence[float]] | None,
+                     estimator: str, kl_coef: float, kl_type: str, normalize: bool,
+                     reduce_sums: Callable[[list[float]], list[float]] | None = None) -> list[list[float]]:
+    """Per-token advantages of this rank's records; ``reduce_sums`` adds the whitening sums over
+    data-parallel ranks (identity on one rank), so every rank whitens with the rollout's stats."""
+    shaped = [kl_shaped(a, m, olds[i] if olds is not None else None, refs[i] if refs is not None else None,
+                        estimator, kl_coef, kl_type) for i, (a, m) in enumerate(zip(advantages, masks))]
+    if not normalize:
+        return shaped
+    stats = whiten_stats(shaped, masks)
+    if reduce_sums is not None:
+        stats = reduce_sums(stats)
+    return whiten(shaped, stats)
