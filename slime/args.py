@@ -60,6 +60,12 @@ def _bool(p: argparse._ArgumentGroup, name: str, help: str) -> None:
     p.add_argument(name, action="store_true", help=help)
 
 
+# --router-policy values: which router serves each (ours: slime/rollout/router.py).
+ROUTER_POLICIES = {"least_load": ("slime",), "round_robin": ("slime", "sglang-router"),
+                   "cache_aware": ("sglang-router",), "power_of_two": ("sglang-router",),
+                   "random": ("sglang-router",)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="train.py", add_help=True, allow_abbrev=False,
                  description="slime: GRPO/PPO post-training (rollout -> reward -> train -> sync)")
@@ -82,8 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host:port of engines another deployment owns (checked before start; no GPUs reserved)")
     g.add_argument("--sglang-config", default=None, help="sglang.yaml: server groups regular/prefill/decode")
     g.add_argument("--prefill-num-servers", type=int, default=None, help="PD: engines of the prefill group")
-    g.add_argument("--router-policy", choices=["least_load", "round_robin"], default="least_load",
-                   help="requests with an X-SMG-Routing-Key header always use consistent hashing")
+    g.add_argument("--router-policy", choices=list(ROUTER_POLICIES), default=None,
+                   help="least_load (default) or round_robin with our router; cache_aware (default), round_robin, "
+                        "power_of_two or random with --use-sglang-router. Requests with an X-SMG-Routing-Key "
+                        "header always use consistent hashing (our router)")
+    _bool(g, "--use-sglang-router", "put sglang-router (pip install sglang-router) in front of the engines "
+                                    "instead of slime's router; the runtime launches and stops it")
     _bool(g, "--use-fault-tolerance", "health-check engines; restart, re-sync and re-register dead ones")
     g.add_argument("--rollout-health-check-interval", type=float, default=30.0)
     g.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
@@ -293,7 +303,8 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.rollout_num_gpus_per_engine, ns.num_gpus_per_node, colocate,
             ns.offload or ns.offload_train or colocate, ns.offload or ns.offload_rollout or colocate,
             ns.cpus_per_bundle, ns.train_backend, ns.rollout_backend, False,
-            ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers, ns.router_policy),
+            ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers,
+            ns.router_policy or ("cache_aware" if ns.use_sglang_router else "least_load"), ns.use_sglang_router),
         data=DataConfig(ns.prompt_data, ns.input_key, ns.label_key, ns.metadata_key,
                         ns.apply_chat_template, ns.apply_chat_template_kwargs, ns.rollout_shuffle,
                         ns.rollout_seed, ns.rollout_max_prompt_len),
@@ -421,6 +432,15 @@ def validate(cfg: Config) -> list[str]:
         e.append("--sglang-config with --prefill-num-servers: describe PD in the config only (SGL-4)")
     if c.sglang_config and not Path(c.sglang_config).exists():
         e.append(f"--sglang-config: file not found: {c.sglang_config}")
+    router = "sglang-router" if c.use_sglang_router else "slime"
+    if router not in ROUTER_POLICIES.get(c.router_policy, ()):
+        fix = "add --use-sglang-router" if router == "slime" else "use cache_aware, round_robin, power_of_two or random"
+        e.append(f"--router-policy {c.router_policy} is not a policy of the {router} router: {fix}")
+    if c.use_sglang_router:
+        import importlib.util
+
+        if importlib.util.find_spec("sglang_router") is None:
+            e.append("--use-sglang-router: sglang-router is not installed (pip install sglang-router==0.3.2)")
     f = cfg.fault
     if f.use_fault_tolerance and (f.health_check_interval <= 0 or f.health_check_timeout <= 0):
         e.append("--rollout-health-check-interval and --rollout-health-check-timeout must be > 0")

@@ -27,6 +27,7 @@ class ClusterConfig:
     sglang_config: str | None = None  # sglang.yaml: server groups (regular / prefill / decode)
     prefill_num_servers: int | None = None
     router_policy: str = "least_load"
+    use_sglang_router: bool = False  # sglang-router in front of the engines (launched by the runtime)
 
     @property
     def external(self) -> bool:

@@ -174,3 +174,26 @@ class RouterActor:
 
     def shutdown(self) -> None:
         self.server.stop()
+
+
+@ray.remote(num_cpus=0)
+class SGLangRouterActor:
+    """sglang-router (slime/rollout/router.py: SGLangRouterProcess) as a child of this actor: the
+    same endpoints as RouterActor for the runtime, and it stops when the actor is killed."""
+
+    def __init__(self, policy: str, health_interval_s: float, health_timeout_s: float, log_path: str | None = None,
+                 worker_urls: list[str] | None = None):
+        from slime.rollout.router import SGLangRouterProcess
+
+        self.proc = SGLangRouterProcess(ray.util.get_node_ip_address(), None, policy, health_interval_s,
+                                        health_timeout_s, log_path, worker_urls)
+        self.url = self.proc.start()
+
+    def get_url(self) -> str:
+        return self.url
+
+    def pid(self) -> int:
+        return self.proc.proc.pid
+
+    def shutdown(self) -> None:
+        self.proc.stop()

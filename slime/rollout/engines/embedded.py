@@ -18,6 +18,16 @@ receives one broadcast per name in list order and answers after the last one; a 
 is refused only after receiving (refusing early would leave the trainer's broadcast hanging).
 Extension: `is_last_bucket` (default true): a bucketed update commits its weight_version with
 its last bucket; until then the same version may continue and any other is refused.
+
+Streaming (`"stream": true`): server-sent events as SGLang sends them, `data: <json>` frames and a
+closing `data: [DONE]`. The engine core generates a request whole, so each output arrives as one
+frame holding everything (SGLang's frames are cumulative too; it just sends more of them); a batch
+or `n > 1` stream tags each frame with its `index`.
+Disaggregation: the engine serves whole requests only (`disaggregation_mode` "null" in
+/server_info). A request carrying prefill/decode bootstrap fields (what a router in PD mode adds)
+is refused with 400, so a PD router fails loudly instead of having both engines generate it all.
+Load: `GET /get_load` answers SGLang's per-DP-rank list (what sglang-router polls for its
+load-aware policies) beside `GET /v1/loads`.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest, new_rid
 from slime.backends.embedded.sampler import RowParams
@@ -39,6 +49,7 @@ from slime.rollout.http_thread import ThreadedServer, free_port  # noqa: F401  (
 SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor", "init_weights_update_group",
                      "update_weights_from_distributed", "destroy_weights_update_group"]
 TENSOR_FORMATS = ["safetensors", "ray_staged"]
+PD_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 
 
 def _handler_error(msg: str, status: int = 400) -> JSONResponse:
@@ -75,6 +86,10 @@ def _row_params(sp: dict[str, Any]) -> RowParams:
 
 
 def _parse_generate(body: dict[str, Any], core: EngineCore) -> tuple[GenerateRequest, bool]:
+    pd = [k for k in PD_FIELDS if body.get(k) is not None]
+    if pd:
+        raise ValueError(f"{', '.join(pd)}: this engine does not serve prefill/decode disaggregation "
+                         f"(disaggregation_mode null); register it as a regular worker, not behind a PD router")
     if "input_ids" in body:
         ids = body["input_ids"]
         batch = bool(ids) and isinstance(ids[0], list)
@@ -141,6 +156,8 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
             return _schema_error(str(e))
         while state["paused"]:  # /pause_generation: new requests wait for /continue_generation
             await asyncio.sleep(0.01)
+        if body.get("stream"):
+            return StreamingResponse(_sse(core, req, is_list), media_type="text/event-stream")
         try:
             outs = await run_in_threadpool(core.generate, req)
         except EngineError as e:
@@ -171,6 +188,11 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
     async def continue_generation():
         state["paused"] = False
         return {"message": "Generation continued.", "status": "ok"}
+
+    @app.get("/get_load")
+    async def get_load():
+        # SGLang's (deprecated, still polled by sglang-router) shape: one entry per DP rank.
+        return [{"dp_rank": 0, "num_reqs": core.busy, "num_waiting_reqs": 0, "num_tokens": core.busy}]
 
     @app.get("/v1/loads")
     async def loads():
@@ -238,7 +260,9 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
                 "max_req_input_len": int(getattr(core.model.config, "max_position_embeddings", 0) or 0),
                 "weight_update_endpoints": SUPPORTED_UPDATES, "tensor_load_formats": TENSOR_FORMATS,
                 "weight_update_backends": ["gloo", "nccl"] if core.device.type == "cuda" else ["gloo"],
-                "engine": "slime-embedded", "version": "embedded-0.1", **(server_args or {})}
+                "engine": "slime-embedded", "version": "embedded-0.1", **(server_args or {}),
+                # what it serves, whatever --sglang-* fields it was handed: no PD (see the docstring)
+                "disaggregation_mode": "null", "disaggregation_bootstrap_port": None}
 
     @app.get("/model_info")
     @app.get("/get_model_info")
@@ -308,6 +332,20 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
         return _control(True, "ok")
 
     return app
+
+
+async def _sse(core: EngineCore, req: GenerateRequest, is_list: bool):
+    """SSE frames of one generate request (see module docstring); errors as an error frame."""
+    import json
+
+    try:
+        outs = await run_in_threadpool(core.generate, req)
+    except EngineError as e:
+        yield f"data: {json.dumps({'error': {'message': str(e), 'code': e.status}})}\n\n"
+    else:
+        for i, o in enumerate(outs):
+            yield f"data: {json.dumps({**o, 'index': i} if is_list else o)}\n\n"
+    yield "data: [DONE]\n\n"
 
 
 async def _json_or_empty(request: Request) -> dict[str, Any]:
