@@ -226,13 +226,17 @@ def sglang_router_argv(host: str, port: int, policy: str = "cache_aware", worker
     GET /health. PD pairs are not launched here (the engines slime starts on CPU serve no PD)."""
     import sys
 
+    from slime.rollout.http_thread import free_port
+
     cmd = [python or sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
            "--policy", policy, "--disable-circuit-breaker", "--request-timeout-secs", "14400",
            "--balance-abs-threshold", "10", "--balance-rel-threshold", "1.2",
            "--health-check-endpoint", "/health",
            "--health-check-interval-secs", str(max(1, round(health_interval_s))),
            "--health-check-timeout-secs", str(max(1, round(health_timeout_s))),
-           "--worker-startup-timeout-secs", "600", "--log-level", "warn"]
+           "--worker-startup-timeout-secs", "600", "--log-level", "warn",
+           # its metrics exporter binds a fixed port (29000) by default: two routers on a host collide
+           "--prometheus-host", host, "--prometheus-port", str(free_port(host))]
     if worker_urls:
         cmd += ["--worker-urls", *worker_urls]
     return cmd

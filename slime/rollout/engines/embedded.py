@@ -364,5 +364,6 @@ class EngineServer(ThreadedServer):
     def __init__(self, core: EngineCore, host: str = "127.0.0.1", port: int | None = None,
                  server_args: dict[str, Any] | None = None):
         self.staging = StagingArea()
+        self.core = core
         port = port or free_port(host)
         super().__init__(create_app(core, server_args, self.staging), host, port, "engine-http")

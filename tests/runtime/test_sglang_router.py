@@ -1,0 +1,158 @@
+"""The real sglang-router (0.3.2, PyPI) in front of embedded engines: the requests the rollout
+client sends, streaming, load reporting, PD refusal, worker ids, abort, and whole runs through it
+(engine killed mid-rollout, weight sync while generation is in flight)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+
+import httpx
+import pytest
+import torch
+
+pytest.importorskip("sglang_router")
+
+from slime.backends.embedded.engine_core import EngineCore  # noqa: E402
+from slime.rollout.client import EngineClient, EngineRequestError, RouterAdmin  # noqa: E402
+from slime.rollout.engines.embedded import EngineServer  # noqa: E402
+from slime.rollout.router import SGLangRouterProcess, sglang_router_argv  # noqa: E402
+from tests.runtime.conftest import tiny_flags  # noqa: E402
+
+PROMPT = [2, 8, 11, 6, 3]
+
+
+@pytest.fixture(scope="module")
+def engines(tiny):
+    torch.set_num_threads(1)
+    servers = [EngineServer(EngineCore(str(tiny["model"]), seed=i)) for i in range(2)]
+    for s in servers:
+        s.start()
+    yield servers
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def router(engines, tmp_path_factory):
+    proc = SGLangRouterProcess(policy="round_robin", log_path=str(tmp_path_factory.mktemp("router") / "router.log"))
+    url = proc.start()
+    admin = RouterAdmin(url)
+    ids = [admin.add_worker(s.url) for s in engines]
+    admin.wait_workers([s.url for s in engines], timeout=60)
+    yield {"url": url, "admin": admin, "ids": ids, "proc": proc}
+    proc.stop()
+
+
+def test_router_answers_worker_id_and_the_client_reads_it(router, engines):
+    listed = {w["url"]: w["id"] for w in router["admin"].list_workers()}
+    assert sorted(router["ids"]) == sorted(listed[s.url] for s in engines)
+
+
+def test_router_refuses_a_list_of_sampling_params_and_takes_one_request_per_group(router):
+    """Failure 1 of issue 18: the batched request (one sampling_params dict per prompt) is refused
+    with 422; one request per prompt group (input_ids + its n) passes, and so does a list of
+    prompts sharing one dict (plan_requests merges rows with equal params)."""
+    from slime.rollout.manager import plan_requests
+
+    client = EngineClient(router["url"])
+    sp = {"max_new_tokens": 2, "n": 3, "sampling_seed": 5}
+    with pytest.raises(EngineRequestError) as e:
+        client.generate([PROMPT, PROMPT], [sp, {**sp, "sampling_seed": 6}])
+    assert e.value.status == 422 and "sampling_params" in e.value.message
+    assert len(client.generate([PROMPT], sp)) == 3
+    assert len(client.generate([PROMPT, PROMPT[:4]], sp)) == 6
+    assert plan_requests([sp, {**sp, "sampling_seed": 6}, dict(sp)]) == [[0, 2], [1]]
+
+
+def test_rollout_manager_falls_back_to_requests_per_group_behind_sglang_router(router, tiny, tmp_path):
+    """The manager told to batch (as with our router) meets the 422 once, then sends one request
+    per prompt group for the rest of the run; every sample comes back."""
+    from slime.args import parse_args
+    from slime.rollout.manager import RolloutManager
+
+    cfg = parse_args(tiny_flags(tiny, tmp_path))
+    m = RolloutManager(cfg.data, cfg.rollout, cfg.eval, str(tiny["model"]), router["url"], batched=True)
+    samples, metrics = m.generate(0)
+    assert m.batched is False
+    assert len(samples) == 16 and all(s.response_tokens for s in samples)
+    assert Counter(s.group_index for s in samples) == {g: 4 for g in range(4)}
+    assert metrics["perf/rollout_tokens_per_s"] > 0
+
+
+def test_stream_through_the_router_is_sse_frames_ending_with_done(router):
+    """Failure 2 of issue 18: `stream: true` came back as one plain JSON object."""
+    with httpx.stream("POST", router["url"] + "/generate", timeout=60,
+                      json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "n": 2},
+                            "return_logprob": True, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        frames = [line for line in r.iter_lines() if line]
+    assert all(f.startswith("data: ") for f in frames) and frames[-1] == "data: [DONE]"
+    chunks = [json.loads(f.removeprefix("data: ")) for f in frames[:-1]]
+    assert sorted(c["index"] for c in chunks) == [0, 1]
+    assert all(len(c["output_ids"]) == 2 and c["meta_info"]["finish_reason"]["type"] == "length" for c in chunks)
+
+
+def test_router_reads_each_engines_load(router, engines):
+    """Failure 3 of issue 18: the router polls GET /get_load; without it every engine reported -1."""
+    loads = httpx.get(router["url"] + "/get_loads").json()["workers"]
+    assert {w["worker"] for w in loads} == {s.url for s in engines}
+    assert all(w["load"] >= 0 for w in loads), loads
+    direct = httpx.get(engines[0].url + "/get_load").json()
+    assert isinstance(direct, list) and {"dp_rank", "num_reqs", "num_waiting_reqs", "num_tokens"} <= set(direct[0])
+
+
+def test_abort_goes_to_the_workers_the_router_lists(router, engines):
+    """sglang-router does not forward /abort_request (404): the client aborts each listed worker,
+    and the request sent through the router comes back aborted with its partial output."""
+    assert httpx.post(router["url"] + "/abort_request", json={"abort_all": True}).status_code == 404
+    for s in engines:
+        s.core.step_delay_s = 0.05
+    try:
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.update(r=EngineClient(router["url"]).generate(
+            [PROMPT], {"max_new_tokens": 400, "ignore_eos": True})[0]))
+        t.start()
+        deadline = time.monotonic() + 30
+        while not any(s.core.busy for s in engines) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        for w in router["admin"].list_workers():  # what RolloutManager._abort_engines does
+            EngineClient(w["url"]).abort(abort_all=True)
+        t.join(timeout=60)
+    finally:
+        for s in engines:
+            s.core.step_delay_s = 0.0
+    r = out["r"]
+    assert r.finish_type == "abort" and 0 < len(r.output_ids) < 400
+
+
+def test_pd_router_gets_an_error_not_doubled_work(engines, tmp_path):
+    """In PD mode the router sends each request to a prefill and a decode worker with bootstrap
+    fields; an embedded engine cannot serve PD, says so in /server_info, and refuses the fields."""
+    assert httpx.get(engines[0].url + "/server_info").json()["disaggregation_mode"] == "null"
+    from slime.rollout.http_thread import free_port
+
+    port = free_port()
+    argv = sglang_router_argv("127.0.0.1", port, "round_robin")
+    argv += ["--pd-disaggregation", "--prefill", engines[0].url, "--decode", engines[1].url]
+    import subprocess
+
+    proc = subprocess.Popen(argv, stdout=open(tmp_path / "pd.log", "wb"), stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                RouterAdmin(url).wait_workers([s.url for s in engines], timeout=1)
+                break
+            except (httpx.HTTPError, TimeoutError):
+                time.sleep(0.3)
+        r = httpx.post(url + "/generate", json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2}},
+                       timeout=60)
+        assert r.status_code == 400 and "disaggregation" in r.text, r.text
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
