@@ -156,3 +156,100 @@ def test_pd_router_gets_an_error_not_doubled_work(engines, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+# -- Ray: whole runs through sglang-router -------------------------------------------------------------
+def _metrics(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(240)
+def test_tiny_run_through_sglang_router_and_the_router_stops_with_the_run(tiny, ray_cluster, tmp_path):
+    import os
+
+    import ray
+
+    from slime.args import parse_args
+    from slime.ray.runtime import Runtime
+
+    rt = Runtime.start(parse_args(tiny_flags(tiny, tmp_path, "--num-rollout", "2", "--use-sglang-router",
+                                             "--router-policy", "round_robin", "--update-weight-transport", "gloo")))
+    try:
+        pid = ray.get(rt.router.pid.remote())
+        assert {w["url"] for w in RouterAdmin(rt.router_url).list_workers()} == {h.url for h in rt.engines}
+        for rollout_id in range(2):
+            samples, metrics = rt.generate(rollout_id)
+            assert len(samples) == 16 and all(s.response_tokens for s in samples)
+            assert {s.weight_version for s in samples} == {str(rt.version)}
+            rt.train(rt.build_records(samples))
+            rt.sync_weights()
+    finally:
+        rt.shutdown()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"sglang-router (pid {pid}) still runs after the run stopped")
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_through_sglang_router_an_engine_killed_mid_rollout_and_a_sync_mid_rollout_lose_no_sample(
+        tiny, ray_cluster, tmp_path):
+    import ray
+
+    from slime.args import parse_args
+    from slime.ray.runtime import Runtime
+
+    flags = tiny_flags(tiny, tmp_path, "--num-rollout", "3", "--use-sglang-router", "--router-policy",
+                       "round_robin", "--update-weight-transport", "gloo", "--use-fault-tolerance",
+                       "--rollout-health-check-interval", "0.5", "--rollout-health-check-timeout", "10")
+    flags[flags.index("--rollout-num-gpus") + 1] = "2"
+    rt = Runtime.start(parse_args(flags))
+    try:
+        admin = RouterAdmin(rt.router_url)
+        # 1. Weight sync while a rollout is in flight: generation pauses (running requests finish,
+        # new ones wait), resumes after the sync; every sample comes back.
+        ray.get([h.actor.set_step_delay.remote(0.05) for h in rt.engines])
+        fut = rt.generate_async(0)
+        time.sleep(1.0)
+        rt.sync_weights()
+        samples, _ = ray.get(fut)
+        assert len(samples) == 16 and all(s.response_tokens for s in samples)
+        assert all(s.status.value != "aborted" for s in samples)
+        # 2. An engine killed while it holds requests: the router and the client retry them.
+        victim = rt.engines[0]
+        ray.get([h.actor.set_step_delay.remote(0.2) for h in rt.engines])
+        fut = rt.generate_async(1)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if httpx.get(victim.url + "/get_load", timeout=5).json()[0]["num_reqs"] > 0:
+                break
+            time.sleep(0.01)
+        else:
+            pytest.fail("engine 0 never received a request")
+        ray.kill(victim.actor)
+        ray.get(rt.engines[1].actor.set_step_delay.remote(0.0))
+        samples, _ = ray.get(fut)
+        ids = Counter((s.prompt_id, s.group_index) for s in samples)
+        assert len(samples) == 16 and len(ids) == 4 and set(ids.values()) == {4}
+        assert all(s.response_tokens and s.status.value != "aborted" for s in samples)
+        deadline = time.monotonic() + 90
+        while rt.monitor.restarts < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert rt.monitor.restarts == 1, rt.monitor.errors
+        new = rt.engines[0]
+        assert new.url != victim.url
+        listed = {w["url"] for w in admin.list_workers()}
+        assert new.url in listed and victim.url not in listed
+        rt.train(rt.build_records(samples))
+        rt.sync_weights()
+        samples, _ = rt.generate(2)
+        assert len(samples) == 16 and {s.weight_version for s in samples} == {str(rt.version)}
+    finally:
+        rt.shutdown()
