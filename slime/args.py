@@ -189,9 +189,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = ap.add_argument_group("weight sync")
     g.add_argument("--update-weight-mode", choices=["full", "delta"], default="full")
-    g.add_argument("--update-weight-transport", choices=["nccl", "gloo", "disk", "tensor", "http"], default=None,
+    g.add_argument("--update-weight-transport", choices=["nccl", "gloo", "disk", "tensor", "http", "mooncake"],
+                   default=None,
                    help="default: tensor (object-store hand-off) when colocated, else disk. nccl: broadcast from "
-                        "trainer rank 0 (gloo where there is no GPU); gloo forces gloo")
+                        "trainer rank 0 (gloo where there is no GPU); gloo forces gloo; mooncake: Mooncake's "
+                        "transfer engine writes each bucket into registered engine buffers")
+    g.add_argument("--mooncake-protocol", choices=["tcp", "rdma"], default="tcp",
+                   help="transport mooncake: tcp anywhere, rdma on InfiniBand/RoCE clusters")
+    g.add_argument("--mooncake-device", default="", help="transport mooncake over rdma: device names (mlx5_0,...)")
     g.add_argument("--weight-sync-check-tol", type=float, default=1e-4,
                    help="after each sync every engine's log-probs must match the trainer's within this; <= 0: off")
     g.add_argument("--update-weight-disk-dir", default=None)
@@ -329,7 +334,8 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
                           ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
                         ns.update_weight_buffer_size, ns.update_weights_interval,
-                        ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None),
+                        ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None,
+                        ns.mooncake_protocol, ns.mooncake_device),
         eval=EvalConfig(ns.eval_interval, _eval_pairs(ns.eval_prompt_data),
                         ns.n_samples_per_eval_prompt, eval_sampling, ns.skip_eval_before_train),
         log=LogConfig(ns.output_dir, ns.use_tensorboard, ns.use_wandb, ns.save_debug_rollout_data),
@@ -432,6 +438,18 @@ def validate(cfg: Config) -> list[str]:
         e.append("--sglang-config with --prefill-num-servers: describe PD in the config only (SGL-4)")
     if c.sglang_config and not Path(c.sglang_config).exists():
         e.append(f"--sglang-config: file not found: {c.sglang_config}")
+    if cfg.sync.transport == "mooncake":
+        import importlib.util
+
+        if importlib.util.find_spec("mooncake") is None:
+            e.append("--update-weight-transport mooncake: Mooncake's transfer engine is not installed: pip install "
+                     "mooncake-transfer-engine-non-cuda (CPU hosts, with libibverbs1) or mooncake-transfer-engine "
+                     "(CUDA hosts)")
+        if c.rollout_backend == "sglang" and not c.external:
+            e.append("--update-weight-transport mooncake with --rollout-backend sglang: SGLang serves no Mooncake "
+                     "weight-update endpoint (it uses Mooncake for PD KV transfer only); use nccl or disk")
+    elif cfg.sync.mooncake_protocol != "tcp" or cfg.sync.mooncake_device:
+        e.append("--mooncake-protocol / --mooncake-device apply to --update-weight-transport mooncake only")
     router = "sglang-router" if c.use_sglang_router else "slime"
     if router not in ROUTER_POLICIES.get(c.router_policy, ()):
         fix = "add --use-sglang-router" if router == "slime" else "use cache_aware, round_robin, power_of_two or random"

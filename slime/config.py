@@ -164,6 +164,8 @@ class SyncConfig:
     buffer_size: int = 512 * 1024**2
     interval: int = 1
     check_tol: float | None = 1e-4  # post-sync engine-vs-trainer log-prob check; None: off
+    mooncake_protocol: str = "tcp"  # transport mooncake: tcp anywhere, rdma on InfiniBand/RoCE
+    mooncake_device: str = ""  # rdma: device names (mlx5_0,...); "" lets Mooncake pick
 
 
 @dataclass

@@ -144,6 +144,17 @@ class TrainerActor:
     def finish_broadcast(self) -> None:
         self._bcast = None
 
+    # -- Mooncake transfer engine (rank 0 writes into engine buffers; slime/sync/mooncake.py) -----
+    def mooncake_prepare(self, buffer_size: int, protocol: str, device: str) -> list:
+        from slime.sync.mooncake import MooncakeSender
+
+        if getattr(self, "_mooncake", None) is None:
+            self._mooncake = MooncakeSender(ray.util.get_node_ip_address(), protocol, device)
+        return self._mooncake.prepare(self.trainer.named_weights(), buffer_size)
+
+    def mooncake_send(self, index: int, target_session: str, remote_ptr: int) -> int:
+        return self._mooncake.send(index, target_session, remote_ptr)
+
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         from slime.checkpoint import encode_rng, save_checkpoint
 

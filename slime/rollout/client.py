@@ -190,6 +190,18 @@ class EngineClient:
             "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": False,
             "weight_version": str(weight_version), "is_last_bucket": is_last_bucket})
 
+    # -- Mooncake transfer-engine weight update (slime extension; slime/sync/mooncake.py) -----------
+    def init_weights_transfer_engine(self, sizes: list[int], protocol: str, device: str) -> dict[str, Any]:
+        """Receive buffers of these sizes (registered once): {session_id, buffers: [address]}."""
+        return self._control("/init_weights_transfer_engine", {"bucket_sizes": sizes, "protocol": protocol,
+                                                               "device_name": device})
+
+    def update_weights_from_transfer_engine(self, bucket: int, metadata: list[dict[str, Any]], weight_version: int,
+                                            is_last_bucket: bool = True) -> None:
+        self._control("/update_weights_from_transfer_engine", {
+            "bucket": bucket, "metadata": metadata, "flush_cache": False, "weight_version": str(weight_version),
+            "is_last_bucket": is_last_bucket})
+
 
 class RouterAdmin:
     """Worker registration on a router (ours or sglang-router 0.3.x: same endpoints). sglang-router

@@ -47,7 +47,8 @@ from slime.backends.embedded.sampler import RowParams
 from slime.rollout.http_thread import ThreadedServer, free_port  # noqa: F401  (free_port: re-exported)
 
 SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor", "init_weights_update_group",
-                     "update_weights_from_distributed", "destroy_weights_update_group"]
+                     "update_weights_from_distributed", "destroy_weights_update_group",
+                     "init_weights_transfer_engine", "update_weights_from_transfer_engine"]
 TENSOR_FORMATS = ["safetensors", "ray_staged"]
 PD_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 
@@ -146,6 +147,7 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
     app = FastAPI(title="slime embedded engine")
     state = {"ready": True, "paused": False}
     groups: dict[str, Any] = {}
+    transfer: dict[str, Any] = {}  # "rx": this engine's Mooncake receiver (slime/sync/mooncake.py)
 
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
@@ -250,6 +252,39 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
                                     bool(body.get("is_last_bucket", True)))
         except (EngineError, KeyError, ValueError) as e:
             return _control(False, f"update_weights_from_distributed failed: {e}")
+        return _control(True, "ok")
+
+    @app.post("/init_weights_transfer_engine")
+    async def init_transfer_engine(request: Request):
+        """Mooncake receive buffers, one per bucket size (slime/sync/mooncake.py)."""
+        from slime.sync.mooncake import MooncakeError, MooncakeReceiver
+
+        body = await _json_or_empty(request)
+        sizes = body.get("bucket_sizes")
+        if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes):
+            return _schema_error("bucket_sizes must be a list of byte counts")
+        try:
+            if "rx" not in transfer:
+                host = request.url.hostname or "127.0.0.1"
+                transfer["rx"] = await run_in_threadpool(MooncakeReceiver, host, body.get("protocol") or "tcp",
+                                                         body.get("device_name") or "")
+            info = await run_in_threadpool(transfer["rx"].register, sizes)
+        except MooncakeError as e:
+            return _control(False, f"init_weights_transfer_engine failed: {e}")
+        return _control(True, f"{len(sizes)} buffers registered", **info)
+
+    @app.post("/update_weights_from_transfer_engine")
+    async def update_from_transfer_engine(request: Request):
+        body = await _json_or_empty(request)
+        rx = transfer.get("rx")
+        if rx is None:
+            return _control(False, "no Mooncake buffers: POST /init_weights_transfer_engine first")
+        try:
+            named = rx.bucket(int(body.get("bucket", -1)), body.get("metadata") or [])
+            await run_in_threadpool(core.update_from_named, named, body.get("weight_version"),
+                                    bool(body.get("is_last_bucket", True)))
+        except (EngineError, KeyError, ValueError, TypeError, RuntimeError) as e:
+            return _control(False, f"update_weights_from_transfer_engine failed: {e}")
         return _control(True, "ok")
 
     @app.get("/server_info")
