@@ -107,7 +107,10 @@ def test_router_reads_each_engines_load(router, engines):
 def test_abort_goes_to_the_workers_the_router_lists(router, engines):
     """sglang-router does not forward /abort_request (404): the client aborts each listed worker,
     and the request sent through the router comes back aborted with its partial output."""
-    assert httpx.post(router["url"] + "/abort_request", json={"abort_all": True}).status_code == 404
+    for path in ("/abort_request", "/pause_generation", "/continue_generation", "/update_weights_from_disk",
+                 "/update_weights_from_distributed", "/init_weights_update_group", "/update_weights_from_tensor",
+                 "/init_weights_transfer_engine", "/release_memory_occupation"):  # docs/en/rollout-engines.md
+        assert httpx.post(router["url"] + path, json={}).status_code == 404, path
     for s in engines:
         s.core.step_delay_s = 0.05
     try:
