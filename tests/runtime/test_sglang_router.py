@@ -46,6 +46,27 @@ def router(engines, tmp_path_factory):
     proc.stop()
 
 
+def test_router_policy_belongs_to_the_chosen_router(tiny, tmp_path):
+    from slime.args import parse_args, validate
+
+    cfg = parse_args(tiny_flags(tiny, tmp_path, "--use-sglang-router", "--num-rollout", "1"))
+    assert cfg.cluster.use_sglang_router and cfg.cluster.router_policy == "cache_aware" and not validate(cfg)
+    assert parse_args(tiny_flags(tiny, tmp_path)).cluster.router_policy == "least_load"
+    errors = validate(parse_args(tiny_flags(tiny, tmp_path, "--router-policy", "cache_aware")))
+    assert any("--router-policy cache_aware" in e and "--use-sglang-router" in e for e in errors), errors
+    errors = validate(parse_args(tiny_flags(tiny, tmp_path, "--use-sglang-router", "--router-policy", "least_load")))
+    assert any("--router-policy least_load" in e and "sglang-router" in e for e in errors), errors
+
+
+def test_router_command_carries_policy_workers_and_health_settings():
+    argv = sglang_router_argv("127.0.0.1", 30001, "power_of_two", ["http://a:1", "http://b:2"], 0.5, 7)
+    flag = {k: v for k, v in zip(argv, argv[1:]) if k.startswith("--")}
+    assert flag["--policy"] == "power_of_two" and flag["--health-check-endpoint"] == "/health"
+    assert flag["--health-check-interval-secs"] == "1" and flag["--health-check-timeout-secs"] == "7"
+    assert argv[argv.index("--worker-urls") + 1:] == ["http://a:1", "http://b:2"]
+    assert "--disable-circuit-breaker" in argv and flag["--request-timeout-secs"] == "14400"
+
+
 def test_router_answers_worker_id_and_the_client_reads_it(router, engines):
     listed = {w["url"]: w["id"] for w in router["admin"].list_workers()}
     assert sorted(router["ids"]) == sorted(listed[s.url] for s in engines)

@@ -28,6 +28,18 @@ def test_bucket_layout_round_trips_every_dtype():
     assert all(torch.equal(out[k], v) for k, v in bucket.items())
 
 
+def test_mooncake_flags_are_checked_before_start(tiny, tmp_path):
+    from slime.args import parse_args, validate
+
+    ok = parse_args(tiny_flags(tiny, tmp_path, "--update-weight-transport", "mooncake", "--num-rollout", "1"))
+    assert ok.sync.transport == "mooncake" and ok.sync.mooncake_protocol == "tcp" and not validate(ok)
+    errors = validate(parse_args(tiny_flags(tiny, tmp_path, "--mooncake-protocol", "rdma")))
+    assert any("--mooncake-protocol" in e and "mooncake" in e for e in errors), errors
+    errors = validate(parse_args(tiny_flags(tiny, tmp_path, "--update-weight-transport", "mooncake",
+                                            "--rollout-backend", "sglang")))
+    assert any("mooncake with --rollout-backend sglang" in e for e in errors), errors
+
+
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_mooncake_sync_survives_an_engine_killed_mid_sync_and_names_a_failing_engine(tiny, ray_cluster, tmp_path):
