@@ -17,8 +17,9 @@ Rollout: the tiny recipe model (tools/tiny/prepare.py) behind our router and beh
 4 prompts, 32 new tokens each (ignore_eos), 8 in flight; tokens/s = generated tokens / wall time.
 
 Request shape: one rollout of the tiny recipe's shape (16 prompts x 8 samples, 32 new tokens) on
-one engine behind our router, sent as the rollout manager sends it: one batched request with a
-sampling_params list (our router), or one request per prompt group with its n (sglang-router).
+one engine behind our router, in three shapes: one request with a sampling_params list (what
+the manager sends our router), one request with one shared sampling_params (what it sends
+sglang-router), and one request per prompt group with its n, all in flight at once.
 """
 
 from __future__ import annotations
@@ -152,12 +153,15 @@ def bench_request_shape(ray, model: Path, prompts: int = 16, n: int = 8, new_tok
     def batched() -> int:
         return len(client.generate(rows, params))
 
+    def shared() -> int:  # what goes through sglang-router: one request, one sampling_params
+        return len(client.generate(rows, params[0]))
+
     def per_group() -> int:
         with ThreadPoolExecutor(prompts) as pool:
             return sum(pool.map(lambda i: len(client.generate([rows[i]], params[i])), range(prompts)))
 
     out = {}
-    for name, fn in (("batched", batched), ("per_group", per_group)):
+    for name, fn in (("batched", batched), ("shared_params", shared), ("per_group", per_group)):
         times = []
         for _ in range(repeats):
             t0 = time.monotonic()

@@ -69,10 +69,9 @@ class RolloutManager:
                  batched: bool = True):
         from slime.backends.embedded.model import load_tokenizer
 
-        # batched: one request per engine share with a list of sampling params (our router and the
-        # engines take it, and it is the faster path on the embedded engine: docs/benchmarks.md).
-        # Otherwise (sglang-router) one request per prompt group. A router that refuses the list
-        # (422) switches this off for the rest of the run.
+        # batched: a sampling_params list, one seed per prompt (our router and the engines take it).
+        # Otherwise (sglang-router) one sampling_params per request (_run_engines). A router that
+        # refuses the list (422) switches this off for the rest of the run.
         self.batched = batched
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
         self.tokenizer = load_tokenizer(hf_checkpoint)
@@ -165,62 +164,67 @@ class RolloutManager:
         return [Sample(rec.prompt_id, g, rec.prompt, list(rec.prompt_tokens), rec.label, dict(rec.metadata), epoch)
                 for g, (epoch, rec) in enumerate(batch) for _ in range(n)]
 
-    def _generate_rows(self, prompts: list[list[int]], params: list[dict[str, Any]],
-                       pool: ThreadPoolExecutor | None = None) -> list[GenerateResult]:
-        """Outputs of rows (prompt + its params, each expanded by its n), in row order: one
+    def _list_refused(self, e: EngineRequestError) -> bool:
+        """A router that takes one sampling_params dict per request (sglang-router 0.3.x answers
+        422 to a list): switch to shared-dict requests for the rest of the run."""
+        if e.status != 422 or "sampling_params" not in e.message:
+            return False
+        if self.batched:
+            print(f"[slime] the router {self.client.url} refuses a list of sampling_params ({e.message}); "
+                  f"sending one sampling_params per request from now on", flush=True)
+        self.batched = False
+        return True
+
+    def _generate_rows(self, prompts: list[list[int]], params: list[dict[str, Any]]) -> list[GenerateResult]:
+        """Outputs of rows (prompt + its own params, each expanded by its n), in row order: one
         request when batched, else one request per set of equal params (plan_requests)."""
         if self.batched:
             try:
                 return self.client.generate(prompts, params)
             except EngineRequestError as e:
-                if e.status != 422 or "sampling_params" not in e.message:
+                if not self._list_refused(e):
                     raise
-                print(f"[slime] the router {self.client.url} refuses batched sampling_params ({e.message}); "
-                      f"sending one request per prompt group from now on", flush=True)
-                self.batched = False
-        plan = plan_requests(params)
-
-        def one(rows: list[int]) -> list[GenerateResult]:
-            outs = self.client.generate([prompts[i] for i in rows], params[rows[0]])
-            n = int(params[rows[0]].get("n", 1))
-            if len(outs) != len(rows) * n:
-                raise RuntimeError(f"router returned {len(outs)} outputs for {len(rows) * n} samples")
-            return outs
-
-        results = list(pool.map(one, plan)) if pool is not None and len(plan) > 1 else [one(r) for r in plan]
         per_row: dict[int, list[GenerateResult]] = {}
-        for rows, outs in zip(plan, results):
-            k = len(outs) // len(rows)
+        for rows in plan_requests(params):
+            outs = self.client.generate([prompts[i] for i in rows], params[rows[0]])
+            k = int(params[rows[0]].get("n", 1))
+            if len(outs) != len(rows) * k:
+                raise RuntimeError(f"router returned {len(outs)} outputs for {len(rows) * k} samples")
             for j, i in enumerate(rows):
                 per_row[i] = outs[j * k:(j + 1) * k]
         return [o for i in range(len(prompts)) for o in per_row[i]]
 
     def _run_engines(self, samples: list[Sample], n: int, sp: SamplingConfig, seed_of) -> None:
-        """Fill samples (groups of n consecutive) with responses, all through the router. Batched:
-        one request per engine share (at most --sglang-server-concurrency samples each). Per group:
-        one request per prompt with its n, up to that many samples in flight per engine. Seeds are
-        per prompt, so a request the router retries on another engine samples the same."""
+        """Fill samples (groups of n consecutive) with responses: one request per engine share (at
+        most --sglang-server-concurrency samples each), all through the router. Batched (our
+        router): a sampling_params list with a seed per prompt. Otherwise (sglang-router) one
+        sampling_params for the share, seeded by its first prompt; the engine offsets the seed per
+        row. Either way a request the router retries on another engine samples the same."""
         groups = list(range(0, len(samples), n))
         limit = max(1, self.rollout.server_concurrency // n)
         workers = max(1, sum(w["is_healthy"] for w in self.router.list_workers()))
-        if self.batched:
-            chunks = [list(r)[c:c + limit] for r in split_evenly(len(groups), workers)
-                      for c in range(0, len(r), limit)]
-        else:
-            chunks = [[i] for i in range(len(groups))]
+        chunks = [list(r)[c:c + limit] for r in split_evenly(len(groups), workers)
+                  for c in range(0, len(r), limit)]
 
         def run(chunk: list[int]) -> None:
             firsts = [samples[groups[i]] for i in chunk]
-            params = [sampling_params(sp, n, seed_of(s)) for s in firsts]
-            outs = self._generate_rows([s.prompt_tokens for s in firsts], params)
+            prompts = [s.prompt_tokens for s in firsts]
+            outs = None
+            if self.batched:
+                try:
+                    outs = self.client.generate(prompts, [sampling_params(sp, n, seed_of(s)) for s in firsts])
+                except EngineRequestError as e:
+                    if not self._list_refused(e):
+                        raise
+            if outs is None:
+                outs = self.client.generate(prompts, sampling_params(sp, n, seed_of(firsts[0])))
             if len(outs) != len(chunk) * n:
                 raise RuntimeError(f"router returned {len(outs)} outputs for {len(chunk) * n} samples")
             for k, i in enumerate(chunk):
                 for j in range(n):
                     _fill(samples[groups[i] + j], outs[k * n + j])
 
-        threads = len(chunks) if self.batched else min(len(chunks), workers * limit, 256)
-        with ThreadPoolExecutor(max(1, threads)) as pool:
+        with ThreadPoolExecutor(max(1, len(chunks))) as pool:
             list(pool.map(run, chunks))
 
     def _run_hook(self, samples: list[Sample], sp: SamplingConfig, seed_of) -> None:

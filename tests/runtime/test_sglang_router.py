@@ -88,9 +88,19 @@ def test_router_refuses_a_list_of_sampling_params_and_takes_one_request_per_grou
     assert plan_requests([sp, {**sp, "sampling_seed": 6}, dict(sp)]) == [[0, 2], [1]]
 
 
+def test_rows_sharing_one_seed_sample_differently_and_repeatably(router):
+    """Through sglang-router a request carries one sampling_params for all its prompts: the engine
+    offsets the seed per row, so equal prompts differ and a retried request samples the same."""
+    client = EngineClient(router["url"])
+    sp = {"max_new_tokens": 6, "sampling_seed": 11, "ignore_eos": True}
+    first = [o.output_ids for o in client.generate([PROMPT] * 4, sp)]
+    again = [o.output_ids for o in client.generate([PROMPT] * 4, sp)]
+    assert first == again and len({tuple(x) for x in first}) > 1, first
+
+
 def test_rollout_manager_falls_back_to_requests_per_group_behind_sglang_router(router, tiny, tmp_path):
-    """The manager told to batch (as with our router) meets the 422 once, then sends one request
-    per prompt group for the rest of the run; every sample comes back."""
+    """The manager told to batch (as with our router) meets the 422 once, then sends one
+    sampling_params per request for the rest of the run; every sample comes back, groups differ."""
     from slime.args import parse_args
     from slime.rollout.manager import RolloutManager
 
@@ -100,6 +110,7 @@ def test_rollout_manager_falls_back_to_requests_per_group_behind_sglang_router(r
     assert m.batched is False
     assert len(samples) == 16 and all(s.response_tokens for s in samples)
     assert Counter(s.group_index for s in samples) == {g: 4 for g in range(4)}
+    assert len({tuple(s.response_tokens) for s in samples}) > 1
     assert metrics["perf/rollout_tokens_per_s"] > 0
 
 

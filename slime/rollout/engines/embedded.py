@@ -26,6 +26,8 @@ or `n > 1` stream tags each frame with its `index`.
 Disaggregation: the engine serves whole requests only (`disaggregation_mode` "null" in
 /server_info). A request carrying prefill/decode bootstrap fields (what a router in PD mode adds)
 is refused with 400, so a PD router fails loudly instead of having both engines generate it all.
+Seeds: a batch that shares one `sampling_params` (what goes through sglang-router) offsets its
+`sampling_seed` per row and per sample (seed + row * n + k), so its rows differ and repeat.
 Load: `GET /get_load` answers SGLang's per-DP-rank list (what sglang-router polls for its
 load-aware policies) beside `GET /v1/loads`.
 """
@@ -110,13 +112,15 @@ def _parse_generate(body: dict[str, Any], core: EngineCore) -> tuple[GenerateReq
     rid = body.get("rid")
     rids_in = rid if isinstance(rid, list) else [f"{rid}_{i}" if batch and rid else (rid or new_rid())
                                                   for i in range(len(prompts))]
+    shared = not isinstance(sp, list)
     exp_ids, exp_params, exp_rids = [], [], []
-    for p, s, r in zip(prompts, sps, rids_in):
+    for row, (p, s, r) in enumerate(zip(prompts, sps, rids_in)):
         n = int(s.get("n", 1))
         rp = _row_params(s)
         for k in range(n):
             exp_ids.append([int(t) for t in p])
-            seed = None if rp.seed is None else rp.seed + k  # n samples must differ
+            # n samples must differ, and so must the rows of a batch that shares one seed
+            seed = None if rp.seed is None else rp.seed + (row * n if shared else 0) + k
             exp_params.append(RowParams(**{**rp.__dict__, "seed": seed}))
             exp_rids.append(r if n == 1 else f"{r}_{k}")
     is_list = batch or len(exp_ids) > 1
