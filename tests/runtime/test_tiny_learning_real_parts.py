@@ -62,3 +62,11 @@ def test_tiny_recipe_learns_with_mooncake_weight_sync(tiny, ray_cluster, tmp_pat
     argv[argv.index("--update-weight-transport") + 1] = "mooncake"
     curve = _learn(argv, tmp_path, "mooncake")
     assert curve[-1] - curve[0] >= 0.3, curve
+
+
+def test_tiny_recipe_learns_through_sglang_router_with_mooncake_weight_sync(tiny, ray_cluster, tmp_path):
+    """Both real parts in one run (what fits a loaded 2-core machine in one go)."""
+    argv = _without(_recipe(tiny, tmp_path), "--update-weight-disk-dir")
+    argv[argv.index("--update-weight-transport") + 1] = "mooncake"
+    curve = _learn(argv + ["--use-sglang-router"], tmp_path, "sglang-router + mooncake")
+    assert curve[-1] - curve[0] >= 0.3, curve
