@@ -95,13 +95,14 @@ def bucket_layout(bucket: dict[str, torch.Tensor]) -> tuple[int, list[dict[str, 
 
 
 def unpack(buf: torch.Tensor, meta: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-    """Tensors of a received bucket (copies: the buffer is written again at the next sync)."""
+    """Tensors of a received bucket, viewing the buffer in place (no copy): the engine copies them
+    into its parameters before answering, and the buffer is written again only at the next sync."""
     out = {}
     for m in meta:
         if m["dtype"] not in DTYPES:
             raise ValueError(f"{m['name']}: dtype {m['dtype']!r} not one of {sorted(DTYPES)}")
         raw = buf[m["offset"]:m["offset"] + m["nbytes"]]
-        out[m["name"]] = raw.view(DTYPES[m["dtype"]]).view(tuple(m["shape"])).clone()
+        out[m["name"]] = raw.view(DTYPES[m["dtype"]]).view(tuple(m["shape"]))
     return out
 
 
