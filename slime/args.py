@@ -72,6 +72,12 @@ def _bool(p: argparse._ArgumentGroup, name: str, help: str) -> None:
     p.add_argument(name, action="store_true", help=help)
 
 
+# --router-policy values: which router serves each (ours: slime/rollout/router.py).
+ROUTER_POLICIES = {"least_load": ("slime",), "round_robin": ("slime", "sglang-router"),
+                   "cache_aware": ("sglang-router",), "power_of_two": ("sglang-router",),
+                   "random": ("sglang-router",)}
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = _Parser(prog="train.py", add_help=True, allow_abbrev=False,
                  description="slime: GRPO/PPO post-training (rollout -> reward -> train -> sync)")
@@ -94,8 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host:port of engines another deployment owns (checked before start; no GPUs reserved)")
     g.add_argument("--sglang-config", default=None, help="sglang.yaml: server groups regular/prefill/decode")
     g.add_argument("--prefill-num-servers", type=int, default=None, help="PD: engines of the prefill group")
-    g.add_argument("--router-policy", choices=["least_load", "round_robin"], default="least_load",
-                   help="requests with an X-SMG-Routing-Key header always use consistent hashing")
+    g.add_argument("--router-policy", choices=list(ROUTER_POLICIES), default=None,
+                   help="least_load (default) or round_robin with our router; cache_aware (default), round_robin, "
+                        "power_of_two or random with --use-sglang-router. Requests with an X-SMG-Routing-Key "
+                        "header always use consistent hashing (our router)")
+    _bool(g, "--use-sglang-router", "put sglang-router (pip install sglang-router) in front of the engines "
+                                    "instead of slime's router; the runtime launches and stops it")
     _bool(g, "--dry-run", "pre-flight only: validate, check data / hooks / checkpoints, print the Ray placement plan; "
                           "loads no model and reserves nothing (slime/dry_run.py)")
     _bool(g, "--use-fault-tolerance", "health-check engines; restart, re-sync and re-register dead ones")
@@ -207,9 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = ap.add_argument_group("weight sync")
     g.add_argument("--update-weight-mode", choices=["full", "delta"], default="full")
-    g.add_argument("--update-weight-transport", choices=["nccl", "gloo", "disk", "tensor", "http"], default=None,
+    g.add_argument("--update-weight-transport", choices=["nccl", "gloo", "disk", "tensor", "http", "mooncake"],
+                   default=None,
                    help="default: tensor (object-store hand-off) when colocated, else disk. nccl: broadcast from "
-                        "trainer rank 0 (gloo where there is no GPU); gloo forces gloo")
+                        "trainer rank 0 (gloo where there is no GPU); gloo forces gloo; mooncake: Mooncake's "
+                        "transfer engine writes each bucket into registered engine buffers")
+    g.add_argument("--mooncake-protocol", choices=["tcp", "rdma"], default="tcp",
+                   help="transport mooncake: tcp anywhere, rdma on InfiniBand/RoCE clusters")
+    g.add_argument("--mooncake-device", default="", help="transport mooncake over rdma: device names (mlx5_0,...)")
     g.add_argument("--weight-sync-check-tol", type=float, default=1e-4,
                    help="after each sync every engine's log-probs must match the trainer's within this; <= 0: off")
     g.add_argument("--update-weight-disk-dir", default=None)
@@ -328,7 +343,8 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.rollout_num_gpus_per_engine, ns.num_gpus_per_node, colocate,
             ns.offload or ns.offload_train or colocate, ns.offload or ns.offload_rollout or colocate,
             ns.cpus_per_bundle, ns.train_backend, ns.rollout_backend, False,
-            ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers, ns.router_policy),
+            ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers,
+            ns.router_policy or ("cache_aware" if ns.use_sglang_router else "least_load"), ns.use_sglang_router),
         data=DataConfig(ns.prompt_data, ns.input_key, ns.label_key, ns.metadata_key,
                         ns.apply_chat_template, ns.apply_chat_template_kwargs or {}, ns.rollout_shuffle,
                         ns.rollout_seed, ns.rollout_max_prompt_len, ns.tool_key),
@@ -356,7 +372,8 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
                           ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
                         ns.update_weight_buffer_size, ns.update_weights_interval,
-                        ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None),
+                        ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None,
+                        ns.mooncake_protocol, ns.mooncake_device),
         eval=EvalConfig(ns.eval_interval, _eval_pairs(ns.eval_prompt_data),
                         ns.n_samples_per_eval_prompt, eval_sampling, ns.skip_eval_before_train),
         log=LogConfig(ns.output_dir, ns.use_tensorboard, ns.use_wandb, ns.save_debug_rollout_data),
@@ -506,6 +523,27 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
         e.append("--sglang-config with --prefill-num-servers: describe PD in the config only (SGL-4)")
     if c.sglang_config and not exists(c.sglang_config):
         e.append(f"--sglang-config: file not found: {c.sglang_config}")
+    if cfg.sync.transport == "mooncake":
+        import importlib.util
+
+        if importlib.util.find_spec("mooncake") is None:
+            e.append("--update-weight-transport mooncake: Mooncake's transfer engine is not installed: pip install "
+                     "mooncake-transfer-engine-non-cuda (CPU hosts, with libibverbs1) or mooncake-transfer-engine "
+                     "(CUDA hosts)")
+        if c.rollout_backend == "sglang" and not c.external:
+            e.append("--update-weight-transport mooncake with --rollout-backend sglang: SGLang serves no Mooncake "
+                     "weight-update endpoint (it uses Mooncake for PD KV transfer only); use nccl or disk")
+    elif cfg.sync.mooncake_protocol != "tcp" or cfg.sync.mooncake_device:
+        e.append("--mooncake-protocol / --mooncake-device apply to --update-weight-transport mooncake only")
+    router = "sglang-router" if c.use_sglang_router else "slime"
+    if router not in ROUTER_POLICIES.get(c.router_policy, ()):
+        fix = "add --use-sglang-router" if router == "slime" else "use cache_aware, round_robin, power_of_two or random"
+        e.append(f"--router-policy {c.router_policy} is not a policy of the {router} router: {fix}")
+    if c.use_sglang_router:
+        import importlib.util
+
+        if importlib.util.find_spec("sglang_router") is None:
+            e.append("--use-sglang-router: sglang-router is not installed (pip install sglang-router==0.3.2)")
     f = cfg.fault
     if f.use_fault_tolerance and (f.health_check_interval <= 0 or f.health_check_timeout <= 0):
         e.append("--rollout-health-check-interval and --rollout-health-check-timeout must be > 0")

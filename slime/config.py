@@ -27,6 +27,7 @@ class ClusterConfig:
     sglang_config: str | None = None  # sglang.yaml: server groups (regular / prefill / decode)
     prefill_num_servers: int | None = None
     router_policy: str = "least_load"
+    use_sglang_router: bool = False  # sglang-router in front of the engines (launched by the runtime)
 
     @property
     def external(self) -> bool:
@@ -187,6 +188,8 @@ class SyncConfig:
     buffer_size: int = 512 * 1024**2
     interval: int = 1  # --update-weights-interval: sync every N rollouts (and after the last)
     check_tol: float | None = 1e-4  # post-sync engine-vs-trainer log-prob check; None: off
+    mooncake_protocol: str = "tcp"  # transport mooncake: tcp anywhere, rdma on InfiniBand/RoCE
+    mooncake_device: str = ""  # rdma: device names (mlx5_0,...); "" lets Mooncake pick
 
 
 @dataclass

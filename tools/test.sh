@@ -13,14 +13,16 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   "$PY" -m pip install -q "torch==2.13.0"
 fi
 
-echo "== installing slime with the test extra"
-"$PY" -m pip install -q -e ".[test]"
+echo "== installing slime with the test and mooncake extras"
+"$PY" -m pip install -q -e ".[test,mooncake]"
 
 # Debian's Chromium drives the browser tests (Playwright cannot download browsers here) and
 # the shellcheck tool checks every generated script. Install them when missing and when we may.
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v shellcheck >/dev/null 2>&1 || missing+=(shellcheck)
+# Mooncake's transfer engine (weight-sync tests) loads libibverbs at import, even over TCP.
+{ command -v ldconfig >/dev/null 2>&1 && ldconfig -p | grep -q "libibverbs.so.1"; } || missing+=(libibverbs1)
 if ((${#missing[@]})); then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "== installing ${missing[*]} (apt-get)"

@@ -145,6 +145,17 @@ class TrainerActor:
     def finish_broadcast(self) -> None:
         self._bcast = None
 
+    # -- Mooncake transfer engine (rank 0 writes into engine buffers; slime/sync/mooncake.py) -----
+    def mooncake_prepare(self, buffer_size: int, protocol: str, device: str) -> list:
+        from slime.sync.mooncake import MooncakeSender
+
+        if getattr(self, "_mooncake", None) is None:
+            self._mooncake = MooncakeSender(ray.util.get_node_ip_address(), protocol, device)
+        return self._mooncake.prepare(self.trainer.named_weights(), buffer_size)
+
+    def mooncake_send(self, index: int, target_session: str, remote_ptr: int) -> int:
+        return self._mooncake.send(index, target_session, remote_ptr)
+
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         from slime.checkpoint import encode_rng, save_checkpoint
 
@@ -175,3 +186,26 @@ class RouterActor:
 
     def shutdown(self) -> None:
         self.server.stop()
+
+
+@ray.remote(num_cpus=0)
+class SGLangRouterActor:
+    """sglang-router (slime/rollout/router.py: SGLangRouterProcess) as a child of this actor: the
+    same endpoints as RouterActor for the runtime, and it stops when the actor is killed."""
+
+    def __init__(self, policy: str, health_interval_s: float, health_timeout_s: float, log_path: str | None = None,
+                 worker_urls: list[str] | None = None):
+        from slime.rollout.router import SGLangRouterProcess
+
+        self.proc = SGLangRouterProcess(ray.util.get_node_ip_address(), None, policy, health_interval_s,
+                                        health_timeout_s, log_path, worker_urls)
+        self.url = self.proc.start()
+
+    def get_url(self) -> str:
+        return self.url
+
+    def pid(self) -> int:
+        return self.proc.proc.pid
+
+    def shutdown(self) -> None:
+        self.proc.stop()

@@ -134,7 +134,7 @@ class Runtime:
         import ray
 
         from slime.args import steps_per_rollout
-        from slime.ray.actors import RolloutManagerActor, RouterActor, TrainerActor
+        from slime.ray.actors import RolloutManagerActor, RouterActor, SGLangRouterActor, TrainerActor
         from slime.ray.placement import create_pools
         from slime.rollout.client import RouterAdmin
         from slime.rollout.engines.external import normalize_addr
@@ -154,12 +154,14 @@ class Runtime:
         init = [t.init.remote(master, cfg.model.hf_checkpoint, weights_from, cfg.model.ref_load,
                               cfg.optim, cfg.loss, cfg.batch, cfg.run.seed, cfg.model.load) for t in trainers]
         sglang = c.rollout_backend == "sglang" and not c.external
-        router = RouterActor.remote(cfg.rollout.server_concurrency, c.router_policy)
+        # sglang-router starts once the engines serve (its power_of_two policy wants its workers at launch)
+        router = None if c.use_sglang_router else RouterActor.remote(cfg.rollout.server_concurrency, c.router_policy)
         rt = cls(cfg, trainers, [], None, None, int(state.get("next_rollout_id", 0)), total_rollouts(cfg),
                  int(state.get("weight_version", 0)), steps_per_rollout(cfg),
                  [p.pg for p in {id(p.pg): p for p in (train_pool, rollout_pool)}.values() if p.pg is not None],
                  router, "", rollout_pool, None, engine_specs(cfg) if sglang else [])
-        rt.router_url = ray.get(router.get_url.remote())
+        if router is not None:
+            rt.router_url = ray.get(router.get_url.remote())
         if c.external:
             rt.engines = [EngineHandle(normalize_addr(a)) for a in c.external_engine_addrs]
         else:
@@ -176,12 +178,21 @@ class Runtime:
             print(f"[slime] resumed from --load {cfg.model.load}: next rollout id {rt.start_rollout_id}, "
                   f"data position {state.get('data_position')}", flush=True)
         rt.sync_weights()  # engines start from --hf-checkpoint; the trainer may hold other weights
+        if c.use_sglang_router:  # health probes as often as our monitor's (it restarts; the router avoids)
+            log = os.path.join(cfg.log.output_dir, "sglang-router.log") if cfg.log.output_dir else None
+            regular = [h.url for j, h in enumerate(rt.engines) if not rt.specs or rt.specs[j].worker_type == "regular"]
+            rt.router = SGLangRouterActor.remote(c.router_policy, cfg.fault.health_check_interval,
+                                                 cfg.fault.health_check_timeout, log, regular)
+            rt.router_url = ray.get(rt.router.get_url.remote())
         admin = RouterAdmin(rt.router_url)
+        listed = {w["url"].rstrip("/") for w in admin.list_workers()}
         for j, h in enumerate(rt.engines):
-            admin.add_worker(h.url, rt.specs[j].worker_type if rt.specs else "regular")
+            if h.url.rstrip("/") not in listed:
+                admin.add_worker(h.url, rt.specs[j].worker_type if rt.specs else "regular")
+        admin.wait_workers([h.url for h in rt.engines], timeout=600.0)  # sglang-router registers in background
         rt.manager = RolloutManagerActor.options(max_concurrency=2).remote(
             cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"),
-            state.get("partial_buffer"), rt.start_rollout_id)
+            state.get("partial_buffer"), rt.start_rollout_id, not c.use_sglang_router)
         ray.get(rt.manager.engine_urls.remote())  # the manager waited for every engine to be healthy
         if cfg.fault.use_fault_tolerance:
             from slime.rollout.fault import HealthMonitor
@@ -248,6 +259,7 @@ class Runtime:
                 return
             self.sync.sync_one(new)
             admin.add_worker(new.url, self.specs[j].worker_type if self.specs else "regular")
+            admin.wait_workers([new.url], timeout=600.0)
 
     # -- the phases train.py calls ---------------------------------------------------------------
     def generate_async(self, rollout_id: int):
@@ -327,6 +339,7 @@ class Runtime:
                 admin = RouterAdmin(self.router_url)
                 for j in sorted(self.unregistered):
                     admin.add_worker(self.engines[j].url, self.specs[j].worker_type if self.specs else "regular")
+                admin.wait_workers([self.engines[j].url for j in self.unregistered], timeout=600.0)
                 self.unregistered.clear()
             return took
 

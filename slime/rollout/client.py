@@ -92,8 +92,9 @@ class EngineClient:
                  rid: str | None = None, routing_key: str | None = None) -> list[GenerateResult]:
         """A batch of prompts (each expanded by sampling_params['n']); results in request order.
         routing_key: session affinity through a router (X-SMG-Routing-Key)."""
-        body: dict[str, Any] = {"input_ids": input_ids, "sampling_params": sampling_params,
-                                "return_logprob": True}
+        # One prompt goes flat, as SGLang's own clients send it (a router parses either form).
+        ids: Any = input_ids[0] if len(input_ids) == 1 and not isinstance(sampling_params, list) else input_ids
+        body: dict[str, Any] = {"input_ids": ids, "sampling_params": sampling_params, "return_logprob": True}
         if rid:
             body["rid"] = rid
         headers = {"X-SMG-Routing-Key": routing_key} if routing_key else None
@@ -189,9 +190,23 @@ class EngineClient:
             "names": names, "dtypes": dtypes, "shapes": shapes, "group_name": group_name, "flush_cache": False,
             "weight_version": str(weight_version), "is_last_bucket": is_last_bucket})
 
+    # -- Mooncake transfer-engine weight update (slime extension; slime/sync/mooncake.py) -----------
+    def init_weights_transfer_engine(self, sizes: list[int], protocol: str, device: str) -> dict[str, Any]:
+        """Receive buffers of these sizes (registered once): {session_id, buffers: [address]}."""
+        return self._control("/init_weights_transfer_engine", {"bucket_sizes": sizes, "protocol": protocol,
+                                                               "device_name": device})
+
+    def update_weights_from_transfer_engine(self, bucket: int, metadata: list[dict[str, Any]], weight_version: int,
+                                            is_last_bucket: bool = True) -> None:
+        self._control("/update_weights_from_transfer_engine", {
+            "bucket": bucket, "metadata": metadata, "flush_cache": False, "weight_version": str(weight_version),
+            "is_last_bucket": is_last_bucket})
+
 
 class RouterAdmin:
-    """Worker registration on a router (ours or sglang-router 0.3.x: same endpoints)."""
+    """Worker registration on a router (ours or sglang-router 0.3.x: same endpoints). sglang-router
+    queues a registration (202) and answers `worker_id`; ours registers at once and answers `id`:
+    wait_workers() covers both."""
 
     def __init__(self, url: str, timeout: float = 30.0):
         self.url = url.rstrip("/")
@@ -204,10 +219,27 @@ class RouterAdmin:
         resp = self.http.post(self.url + "/workers", json=body)
         if resp.status_code >= 400:
             raise EngineRequestError(self.url + "/workers", resp.status_code, _error_message(resp))
-        return str(resp.json().get("id", url))
+        data = resp.json()
+        return str(data.get("worker_id") or data.get("id") or url)
 
     def list_workers(self) -> list[dict[str, Any]]:
         return self.http.get(self.url + "/workers").json()["workers"]
+
+    def wait_workers(self, urls: list[str], timeout: float = 120.0, present: bool = True) -> None:
+        """Until every url is listed and healthy (present) or none is listed (not present)."""
+        want = {u.rstrip("/") for u in urls}
+        deadline = time.monotonic() + timeout
+        while True:
+            ws = {w["url"].rstrip("/"): w for w in self.list_workers()}
+            if present and all(u in ws and ws[u].get("is_healthy", True) for u in want):
+                return
+            if not present and not want & set(ws):
+                return
+            if time.monotonic() > deadline:
+                state = {u: (ws[u].get("is_healthy") if u in ws else "not listed") for u in want}
+                raise TimeoutError(f"router {self.url}: workers not {'ready' if present else 'removed'} "
+                                   f"after {timeout:g} s: {state}")
+            time.sleep(0.1)
 
     def remove_worker(self, url: str) -> None:
         for w in self.list_workers():

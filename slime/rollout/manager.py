@@ -17,7 +17,7 @@ from typing import Any
 from slime.config import DataConfig, EvalConfig, RolloutConfig, SamplingConfig
 from slime.data.dataset import DataPosition, PromptRecord, PromptSource, load_prompts
 from slime.data.sample import FINISH_TO_STATUS, Sample, Status
-from slime.rollout.client import EngineClient, GenerateResult, RouterAdmin
+from slime.rollout.client import EngineClient, EngineRequestError, GenerateResult, RouterAdmin
 from slime.rollout.rewards import RewardScorer
 from slime.rollout.router import split_evenly
 
@@ -46,6 +46,18 @@ def sampling_params(s: SamplingConfig, n: int, seed: int) -> dict[str, Any]:
     return p
 
 
+def plan_requests(params: list[dict[str, Any]]) -> list[list[int]]:
+    """Rows (one prompt each, with its own sampling params) grouped into the requests a router
+    that takes one `sampling_params` dict per request accepts (sglang-router 0.3.x refuses a list
+    of them): rows with equal params share a request, in first-seen order."""
+    import json
+
+    by_key: dict[str, list[int]] = {}
+    for i, sp in enumerate(params):
+        by_key.setdefault(json.dumps(sp, sort_keys=True), []).append(i)
+    return list(by_key.values())
+
+
 def _seed(base: int, rollout_id: int, prompt_id: int) -> int:
     return (base * 1_000_003 + rollout_id * 7_919 + prompt_id * 104_729) % (2**31 - 1)
 
@@ -53,9 +65,14 @@ def _seed(base: int, rollout_id: int, prompt_id: int) -> int:
 class RolloutManager:
     def __init__(self, data: DataConfig, rollout: RolloutConfig, eval_cfg: EvalConfig,
                  hf_checkpoint: str, router_url: str, position: dict[str, int] | None = None,
-                 partial_buffer: list[list[dict]] | None = None, start_rollout_id: int = 0):
+                 partial_buffer: list[list[dict]] | None = None, start_rollout_id: int = 0,
+                 batched: bool = True):
         from slime.backends.embedded.model import load_tokenizer
 
+        # batched: a sampling_params list, one seed per prompt (our router and the engines take it).
+        # Otherwise (sglang-router) one sampling_params per request (_run_engines). A router that
+        # refuses the list (422) switches this off for the rest of the run.
+        self.batched = batched
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
         self.tokenizer = load_tokenizer(hf_checkpoint)
         self.records = self._load(data.prompt_data, "--prompt-data")
@@ -149,10 +166,42 @@ class RolloutManager:
         return [Sample(rec.prompt_id, g, rec.prompt, list(rec.prompt_tokens), rec.label, dict(rec.metadata), epoch)
                 for g, (epoch, rec) in enumerate(batch) for _ in range(n)]
 
+    def _list_refused(self, e: EngineRequestError) -> bool:
+        """A router that takes one sampling_params dict per request (sglang-router 0.3.x answers
+        422 to a list): switch to shared-dict requests for the rest of the run."""
+        if e.status != 422 or "sampling_params" not in e.message:
+            return False
+        if self.batched:
+            print(f"[slime] the router {self.client.url} refuses a list of sampling_params ({e.message}); "
+                  f"sending one sampling_params per request from now on", flush=True)
+        self.batched = False
+        return True
+
+    def _generate_rows(self, prompts: list[list[int]], params: list[dict[str, Any]]) -> list[GenerateResult]:
+        """Outputs of rows (prompt + its own params, each expanded by its n), in row order: one
+        request when batched, else one request per set of equal params (plan_requests)."""
+        if self.batched:
+            try:
+                return self.client.generate(prompts, params)
+            except EngineRequestError as e:
+                if not self._list_refused(e):
+                    raise
+        per_row: dict[int, list[GenerateResult]] = {}
+        for rows in plan_requests(params):
+            outs = self.client.generate([prompts[i] for i in rows], params[rows[0]])
+            k = int(params[rows[0]].get("n", 1))
+            if len(outs) != len(rows) * k:
+                raise RuntimeError(f"router returned {len(outs)} outputs for {len(rows) * k} samples")
+            for j, i in enumerate(rows):
+                per_row[i] = outs[j * k:(j + 1) * k]
+        return [o for i in range(len(prompts)) for o in per_row[i]]
+
     def _run_engines(self, samples: list[Sample], n: int, sp: SamplingConfig, seed_of) -> None:
-        """Fill samples (groups of n consecutive) with responses: one batched request per engine
-        share (at most --sglang-server-concurrency samples each), all through the router. Seeds
-        are per prompt, so a request the router retries on another engine samples the same."""
+        """Fill samples (groups of n consecutive) with responses: one request per engine share (at
+        most --sglang-server-concurrency samples each), all through the router. Batched (our
+        router): a sampling_params list with a seed per prompt. Otherwise (sglang-router) one
+        sampling_params for the share, seeded by its first prompt; the engine offsets the seed per
+        row. Either way a request the router retries on another engine samples the same."""
         groups = list(range(0, len(samples), n))
         limit = max(1, self.rollout.server_concurrency // n)
         workers = max(1, sum(w["is_healthy"] for w in self.router.list_workers()))
@@ -161,8 +210,16 @@ class RolloutManager:
 
         def run(chunk: list[int]) -> None:
             firsts = [samples[groups[i]] for i in chunk]
-            params = [sampling_params(sp, n, seed_of(s)) for s in firsts]
-            outs = self.client.generate([s.prompt_tokens for s in firsts], params)
+            prompts = [s.prompt_tokens for s in firsts]
+            outs = None
+            if self.batched:
+                try:
+                    outs = self.client.generate(prompts, [sampling_params(sp, n, seed_of(s)) for s in firsts])
+                except EngineRequestError as e:
+                    if not self._list_refused(e):
+                        raise
+            if outs is None:
+                outs = self.client.generate(prompts, sampling_params(sp, n, seed_of(firsts[0])))
             if len(outs) != len(chunk) * n:
                 raise RuntimeError(f"router returned {len(outs)} outputs for {len(chunk) * n} samples")
             for k, i in enumerate(chunk):
@@ -346,7 +403,7 @@ class RolloutManager:
             params.append({**sampling_params(sp, 1, seed_of(s) + 7_919 * (k + 1) + s.response_length),
                            "max_new_tokens": left})
         if rows:
-            outs = self.client.generate([list(s.prompt_tokens) + list(s.response_tokens) for s in rows], params)
+            outs = self._generate_rows([list(s.prompt_tokens) + list(s.response_tokens) for s in rows], params)
             if len(outs) != len(rows):
                 raise RuntimeError(f"router returned {len(outs)} outputs for {len(rows)} resumed samples")
             for s, out in zip(rows, outs):

@@ -16,9 +16,8 @@ it died) is marked unhealthy and the request is sent again to another engine, wa
 `retry_timeout` s for one to be (re)registered: a sample in flight on a dead engine is retried,
 not lost. HTTP error answers are the engine's verdict and pass through unchanged.
 
-Where sglang-router is installed (the `[sglang]` extra) and the engines are SGLang, the runtime
-launches it instead (launch_sglang_router, # UNTESTED on GPU); PD pairs need it: this router
-serves regular workers only.
+With `--use-sglang-router` the runtime launches sglang-router (0.3.2 tested) in its place
+(SGLangRouterProcess in a Ray actor); PD pairs need it: this router serves regular workers only.
 """
 
 from __future__ import annotations
@@ -219,20 +218,90 @@ class RouterServer(ThreadedServer):
         super().__init__(create_router_app(self.state), host, port, "router-http")
 
 
-def launch_sglang_router(worker_urls: list[str], host: str, port: int, policy: str = "cache_aware",
-                         pd: bool = False):  # UNTESTED on GPU
-    """sglang-router 0.3.x as a child process with slime's settings (sglang-protocol.md §3)."""
-    import subprocess
+def sglang_router_argv(host: str, port: int, policy: str = "cache_aware", worker_urls: list[str] | None = None,
+                       health_interval_s: float = 10.0, health_timeout_s: float = 5.0,
+                       python: str | None = None) -> list[str]:
+    """`python -m sglang_router.launch_router` with slime's settings (sglang-router 0.3.x): no
+    circuit breaker, a 14,400 s request timeout, balance thresholds 10 / 1.2, health probes of
+    GET /health. PD pairs are not launched here (the engines slime starts on CPU serve no PD)."""
     import sys
 
-    cmd = [sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
+    from slime.rollout.http_thread import free_port
+
+    cmd = [python or sys.executable, "-m", "sglang_router.launch_router", "--host", host, "--port", str(port),
            "--policy", policy, "--disable-circuit-breaker", "--request-timeout-secs", "14400",
-           "--balance-abs-threshold", "10", "--balance-rel-threshold", "1.2"]
-    if pd:
-        cmd.append("--pd-disaggregation")
+           "--balance-abs-threshold", "10", "--balance-rel-threshold", "1.2",
+           "--health-check-endpoint", "/health",
+           "--health-check-interval-secs", str(max(1, round(health_interval_s))),
+           "--health-check-timeout-secs", str(max(1, round(health_timeout_s))),
+           "--worker-startup-timeout-secs", "600", "--log-level", "warn",
+           # its metrics exporter binds a fixed port (29000) by default: two routers on a host collide
+           "--prometheus-host", host, "--prometheus-port", str(free_port(host))]
     if worker_urls:
         cmd += ["--worker-urls", *worker_urls]
-    return subprocess.Popen(cmd)
+    return cmd
+
+
+class SGLangRouterProcess:
+    """sglang-router as a child process that dies with its parent (PR_SET_PDEATHSIG), so killing
+    the actor that hosts it, or the run, stops the router too."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None, policy: str = "cache_aware",
+                 health_interval_s: float = 10.0, health_timeout_s: float = 5.0, log_path: str | None = None,
+                 worker_urls: list[str] | None = None):
+        from slime.rollout.http_thread import free_port
+
+        self.host, self.port = host, port or free_port(host)
+        self.cmd = sglang_router_argv(self.host, self.port, policy, worker_urls, health_interval_s, health_timeout_s)
+        self.log_path = log_path
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> str:
+        import subprocess
+
+        log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 - the child keeps it
+        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT if log else None,
+                                     preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sglang-router exited with {self.proc.returncode}: {' '.join(self.cmd)}"
+                                   + (f" (log: {self.log_path})" if self.log_path else ""))
+            try:
+                if httpx.get(self.url + "/workers", timeout=2, trust_env=False).status_code == 200:
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"sglang-router did not answer on {self.url} within {timeout:g} s")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except Exception:  # noqa: BLE001 - it ignored SIGTERM
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+
+
+def _die_with_parent() -> None:
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: stop() still ends it
+        pass
 
 
 def split_evenly(n: int, k: int) -> list[range]:

@@ -10,6 +10,8 @@ Transports (each in buckets of <= --update-weight-buffer-size bytes):
   version. Colocated pools on CPU; the CUDA-IPC form for GPUs is
   slime/sync/cuda_ipc.py (# UNTESTED on GPU).
 - "http": the same buckets inline as base64 safetensors in the HTTP body (any reachable engine).
+- "mooncake": Mooncake's transfer engine writes each bucket into buffers the engine registered
+  once (slime/sync/mooncake.py); an engine that dies mid-sync is dropped from that sync.
 - "broadcast" (`--update-weight-transport nccl`, or `gloo`): SGLang's
   /init_weights_update_group + /update_weights_from_distributed. Trainer rank 0 hosts a group of
   1 + engine ranks (gloo without GPUs, nccl with); per bucket the request goes to every engine
@@ -73,6 +75,12 @@ class WeightSync:
         self.group_name = "slime-pp_0"
         self._connected: list[str] | None = None  # urls of the current broadcast group
         self.last_check: dict[str, float] = {}
+        self.dropped: set[str] = set()  # engines that died during the last sync (restarted by the monitor)
+        self.mooncake = None
+        if self.transport == "mooncake":
+            from slime.sync.mooncake import MooncakeTransport
+
+            self.mooncake = MooncakeTransport(rank0, cfg.buffer_size, cfg.mooncake_protocol, cfg.mooncake_device)
         if self.transport == "tensor" and any(h.actor is None for h in engines):
             raise ValueError("--update-weight-transport tensor hands buckets to engine actors; external engines "
                              "take disk, http or nccl")
@@ -93,10 +101,11 @@ class WeightSync:
         """Push the trainer's weights to every engine as `version`; returns seconds taken."""
         with self.lock:
             t0 = time.monotonic()
+            self.dropped = set()
             self._push(self.engines, version)
             self.version = version
             took = time.monotonic() - t0
-            self.check(version, self.engines)
+            self.check(version, [h for h in self.engines if h.url not in self.dropped])
             return took
 
     def sync_one(self, handle: EngineHandle) -> None:
@@ -146,6 +155,8 @@ class WeightSync:
                     self._connect(handles, self.group_name)
                     self._connected = urls
                 self._paused(handles, lambda h: None, lambda: self._broadcast(handles, self.group_name, version))
+        elif t == "mooncake":
+            self.dropped |= self.mooncake.push(handles, version)
         else:
             raise ValueError(f"unknown weight transport {t!r}")
 

@@ -18,6 +18,18 @@ receives one broadcast per name in list order and answers after the last one; a 
 is refused only after receiving (refusing early would leave the trainer's broadcast hanging).
 Extension: `is_last_bucket` (default true): a bucketed update commits its weight_version with
 its last bucket; until then the same version may continue and any other is refused.
+
+Streaming (`"stream": true`): server-sent events as SGLang sends them, `data: <json>` frames and a
+closing `data: [DONE]`. The engine core generates a request whole, so each output arrives as one
+frame holding everything (SGLang's frames are cumulative too; it just sends more of them); a batch
+or `n > 1` stream tags each frame with its `index`.
+Disaggregation: the engine serves whole requests only (`disaggregation_mode` "null" in
+/server_info). A request carrying prefill/decode bootstrap fields (what a router in PD mode adds)
+is refused with 400, so a PD router fails loudly instead of having both engines generate it all.
+Seeds: a batch that shares one `sampling_params` (what goes through sglang-router) offsets its
+`sampling_seed` per row and per sample (seed + row * n + k), so its rows differ and repeat.
+Load: `GET /get_load` answers SGLang's per-DP-rank list (what sglang-router polls for its
+load-aware policies) beside `GET /v1/loads`.
 """
 
 from __future__ import annotations
@@ -30,15 +42,17 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest, new_rid
 from slime.backends.embedded.sampler import RowParams
 from slime.rollout.http_thread import ThreadedServer, free_port  # noqa: F401  (free_port: re-exported)
 
 SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor", "init_weights_update_group",
-                     "update_weights_from_distributed", "destroy_weights_update_group"]
+                     "update_weights_from_distributed", "destroy_weights_update_group",
+                     "init_weights_transfer_engine", "update_weights_from_transfer_engine"]
 TENSOR_FORMATS = ["safetensors", "ray_staged"]
+PD_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 
 
 def _handler_error(msg: str, status: int = 400) -> JSONResponse:
@@ -75,6 +89,10 @@ def _row_params(sp: dict[str, Any]) -> RowParams:
 
 
 def _parse_generate(body: dict[str, Any], core: EngineCore) -> tuple[GenerateRequest, bool]:
+    pd = [k for k in PD_FIELDS if body.get(k) is not None]
+    if pd:
+        raise ValueError(f"{', '.join(pd)}: this engine does not serve prefill/decode disaggregation "
+                         f"(disaggregation_mode null); register it as a regular worker, not behind a PD router")
     if "input_ids" in body:
         ids = body["input_ids"]
         batch = bool(ids) and isinstance(ids[0], list)
@@ -94,13 +112,15 @@ def _parse_generate(body: dict[str, Any], core: EngineCore) -> tuple[GenerateReq
     rid = body.get("rid")
     rids_in = rid if isinstance(rid, list) else [f"{rid}_{i}" if batch and rid else (rid or new_rid())
                                                   for i in range(len(prompts))]
+    shared = not isinstance(sp, list)
     exp_ids, exp_params, exp_rids = [], [], []
-    for p, s, r in zip(prompts, sps, rids_in):
+    for row, (p, s, r) in enumerate(zip(prompts, sps, rids_in)):
         n = int(s.get("n", 1))
         rp = _row_params(s)
         for k in range(n):
             exp_ids.append([int(t) for t in p])
-            seed = None if rp.seed is None else rp.seed + k  # n samples must differ
+            # n samples must differ, and so must the rows of a batch that shares one seed
+            seed = None if rp.seed is None else rp.seed + (row * n if shared else 0) + k
             exp_params.append(RowParams(**{**rp.__dict__, "seed": seed}))
             exp_rids.append(r if n == 1 else f"{r}_{k}")
     is_list = batch or len(exp_ids) > 1
@@ -131,6 +151,7 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
     app = FastAPI(title="slime embedded engine")
     state = {"ready": True, "paused": False}
     groups: dict[str, Any] = {}
+    transfer: dict[str, Any] = {}  # "rx": this engine's Mooncake receiver (slime/sync/mooncake.py)
 
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
@@ -141,6 +162,8 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
             return _schema_error(str(e))
         while state["paused"]:  # /pause_generation: new requests wait for /continue_generation
             await asyncio.sleep(0.01)
+        if body.get("stream"):
+            return StreamingResponse(_sse(core, req, is_list), media_type="text/event-stream")
         try:
             outs = await run_in_threadpool(core.generate, req)
         except EngineError as e:
@@ -171,6 +194,11 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
     async def continue_generation():
         state["paused"] = False
         return {"message": "Generation continued.", "status": "ok"}
+
+    @app.get("/get_load")
+    async def get_load():
+        # SGLang's (deprecated, still polled by sglang-router) shape: one entry per DP rank.
+        return [{"dp_rank": 0, "num_reqs": core.busy, "num_waiting_reqs": 0, "num_tokens": core.busy}]
 
     @app.get("/v1/loads")
     async def loads():
@@ -230,6 +258,39 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
             return _control(False, f"update_weights_from_distributed failed: {e}")
         return _control(True, "ok")
 
+    @app.post("/init_weights_transfer_engine")
+    async def init_transfer_engine(request: Request):
+        """Mooncake receive buffers, one per bucket size (slime/sync/mooncake.py)."""
+        from slime.sync.mooncake import MooncakeError, MooncakeReceiver
+
+        body = await _json_or_empty(request)
+        sizes = body.get("bucket_sizes")
+        if not isinstance(sizes, list) or not all(isinstance(n, int) and n >= 0 for n in sizes):
+            return _schema_error("bucket_sizes must be a list of byte counts")
+        try:
+            if "rx" not in transfer:
+                host = request.url.hostname or "127.0.0.1"
+                transfer["rx"] = await run_in_threadpool(MooncakeReceiver, host, body.get("protocol") or "tcp",
+                                                         body.get("device_name") or "")
+            info = await run_in_threadpool(transfer["rx"].register, sizes)
+        except MooncakeError as e:
+            return _control(False, f"init_weights_transfer_engine failed: {e}")
+        return _control(True, f"{len(sizes)} buffers registered", **info)
+
+    @app.post("/update_weights_from_transfer_engine")
+    async def update_from_transfer_engine(request: Request):
+        body = await _json_or_empty(request)
+        rx = transfer.get("rx")
+        if rx is None:
+            return _control(False, "no Mooncake buffers: POST /init_weights_transfer_engine first")
+        try:
+            named = rx.bucket(int(body.get("bucket", -1)), body.get("metadata") or [])
+            await run_in_threadpool(core.update_from_named, named, body.get("weight_version"),
+                                    bool(body.get("is_last_bucket", True)))
+        except (EngineError, KeyError, ValueError, TypeError, RuntimeError) as e:
+            return _control(False, f"update_weights_from_transfer_engine failed: {e}")
+        return _control(True, "ok")
+
     @app.get("/server_info")
     @app.get("/get_server_info")
     async def server_info():
@@ -238,7 +299,9 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
                 "max_req_input_len": int(getattr(core.model.config, "max_position_embeddings", 0) or 0),
                 "weight_update_endpoints": SUPPORTED_UPDATES, "tensor_load_formats": TENSOR_FORMATS,
                 "weight_update_backends": ["gloo", "nccl"] if core.device.type == "cuda" else ["gloo"],
-                "engine": "slime-embedded", "version": "embedded-0.1", **(server_args or {})}
+                "engine": "slime-embedded", "version": "embedded-0.1", **(server_args or {}),
+                # what it serves, whatever --sglang-* fields it was handed: no PD (see the docstring)
+                "disaggregation_mode": "null", "disaggregation_bootstrap_port": None}
 
     @app.get("/model_info")
     @app.get("/get_model_info")
@@ -310,6 +373,20 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
     return app
 
 
+async def _sse(core: EngineCore, req: GenerateRequest, is_list: bool):
+    """SSE frames of one generate request (see module docstring); errors as an error frame."""
+    import json
+
+    try:
+        outs = await run_in_threadpool(core.generate, req)
+    except EngineError as e:
+        yield f"data: {json.dumps({'error': {'message': str(e), 'code': e.status}})}\n\n"
+    else:
+        for i, o in enumerate(outs):
+            yield f"data: {json.dumps({**o, 'index': i} if is_list else o)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
 async def _json_or_empty(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw:
@@ -326,5 +403,6 @@ class EngineServer(ThreadedServer):
     def __init__(self, core: EngineCore, host: str = "127.0.0.1", port: int | None = None,
                  server_args: dict[str, Any] | None = None):
         self.staging = StagingArea()
+        self.core = core
         port = port or free_port(host)
         super().__init__(create_app(core, server_args, self.staging), host, port, "engine-http")

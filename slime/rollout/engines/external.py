@@ -25,7 +25,8 @@ from typing import Any
 import httpx
 
 ENDPOINTS = {"disk": ["update_weights_from_disk"], "http": ["update_weights_from_tensor"],
-             "broadcast": ["init_weights_update_group", "update_weights_from_distributed"]}
+             "broadcast": ["init_weights_update_group", "update_weights_from_distributed"],
+             "mooncake": ["init_weights_transfer_engine", "update_weights_from_transfer_engine"]}
 MIN_SGLANG = (0, 5)
 
 
