@@ -296,3 +296,17 @@ def compute_total_loss(
         if config.entropy_coef != 0.0:
             total = total - config.entropy_coef * ent
     return total, metrics
+
+
+def loss_config_from_runtime(loss) -> LossConfig:
+    """The runtime's loss flags (``slime.config.LossConfig``) -> this module's ``LossConfig``.
+
+    One translation for every trainer backend: ``--use-kl-loss`` gates the KL coefficient,
+    ``--use-icepop`` takes the IcePop bounds, ``--use-tis`` the TIS clamp.
+    """
+    tis_mode = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
+    low, high = ((loss.icepop_low, loss.icepop_high) if loss.use_icepop else (loss.tis_clip_low, loss.tis_clip))
+    return LossConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
+                      kl_loss_coef=loss.kl_loss_coef if loss.use_kl_loss else 0.0,
+                      kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
+                      tis_mode=tis_mode, tis_clip=high, tis_clip_low=low)

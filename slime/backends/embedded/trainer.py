@@ -15,7 +15,7 @@ from slime.backends.embedded.weights import named_weights
 from slime.config import BatchConfig, LossConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.training.loss import LossConfig as LossFnConfig
-from slime.training.loss import compute_total_loss, entropy_from_logits, gather_log_probs
+from slime.training.loss import compute_total_loss, entropy_from_logits, gather_log_probs, loss_config_from_runtime
 
 
 @dataclass
@@ -46,12 +46,8 @@ def pad_records(records: list[TrainRecord], pad_id: int, device: torch.device) -
 
 
 def loss_fn_config(loss: LossConfig) -> LossFnConfig:
-    tis_mode = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
-    low, high = ((loss.icepop_low, loss.icepop_high) if loss.use_icepop else (loss.tis_clip_low, loss.tis_clip))
-    return LossFnConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
-                        kl_loss_coef=loss.kl_loss_coef if loss.use_kl_loss else 0.0,
-                        kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
-                        tis_mode=tis_mode, tis_clip=high, tis_clip_low=low)
+    """The shared translation (slime/training/loss.py), kept under this name for callers."""
+    return loss_config_from_runtime(loss)
 
 
 class EmbeddedTrainer:

@@ -60,10 +60,10 @@ def _cast_params(module: torch.nn.Module, dtype: torch.dtype) -> None:
 
 
 def loss_fn_config(loss: LossConfig) -> LossFnConfig:
-    """Runtime LossConfig -> the loss function's config (same rule as the embedded trainer)."""
-    from slime.backends.embedded.trainer import loss_fn_config as embedded_rule
+    """Runtime LossConfig -> the loss function's config (the shared rule of slime/training/loss.py)."""
+    from slime.training.loss import loss_config_from_runtime
 
-    return embedded_rule(loss)
+    return loss_config_from_runtime(loss)
 
 
 @dataclass
