@@ -35,6 +35,7 @@ def main(argv: list[str]) -> None:
             metrics.update(rt.train(records))                      # optimizer steps
             rt.ack(rollout_id)                                     # straw queue: trained, drop it
             metrics["perf/sync_time"] = rt.sync_weights()          # trainer -> engines, version += 1
+            metrics.update({f"memory/{k}": v for k, v in rt.last_offload.items()})  # colocated: after offload
             if eval_due(cfg.eval, rollout_id, last):
                 metrics.update(rt.evaluate(rollout_id))
             if rt.save_due(rollout_id):
