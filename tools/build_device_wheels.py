@@ -5,7 +5,10 @@ the other common packages (/work/.library/device/KINDS.md style lists say which)
 Ray and the HTTP stack of the engines and router, plus megatron-core:
 
     ray (trimmed), jsonschema + jsonschema-specifications + referencing + rpds-py (Ray's),
-    fastapi + starlette + uvicorn + pydantic + pydantic-core + annotated-types + typing-inspection
+    fastapi + starlette + uvicorn + pydantic + pydantic-core + annotated-types + typing-inspection,
+    and what Ray's dashboard imports (its job server runs `ray job submit`): aiohttp + yarl +
+    multidict + propcache + aiohttp-cors, colorful, opencensus, opentelemetry (api, sdk, proto,
+    semantic conventions, prometheus exporter)
 
 Ray's wheel is ~79 MB, 32 MB of it ``ray/jars/ray_dist.jar`` (the Java worker), which Python never
 loads. The trimmed wheel drops it and rewrites RECORD without its line, so pip installs it without
@@ -35,7 +38,13 @@ from pathlib import Path
 # Pinned to what the runtime is tested with (CPU CI). Python 3.12, manylinux x86_64.
 WHEELS = ["ray==2.60.0", "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0",
           "rpds-py==0.30.0", "fastapi==0.165.0", "starlette==1.10.0", "uvicorn==0.55.0", "pydantic==2.13.4",
-          "pydantic-core==2.46.4", "annotated-types==0.7.0", "typing-inspection==0.4.2"]
+          "pydantic-core==2.46.4", "annotated-types==0.7.0", "typing-inspection==0.4.2",
+          # The Ray dashboard (`ray job submit` needs its job server): ray/dashboard/optional_deps.py
+          # imports these; aiohttp and its helpers at the versions Ray 2.60 asks for.
+          "aiohttp==3.14.5", "yarl==1.25.1", "multidict==7.2.1", "propcache==0.5.4", "aiohttp-cors==0.8.1",
+          "colorful==0.5.8", "opencensus==0.11.4", "opencensus-context==0.1.3", "opentelemetry-api==1.45.2",
+          "opentelemetry-sdk==1.45.2", "opentelemetry-semantic-conventions==0.66b2",
+          "opentelemetry-exporter-prometheus==0.66b2", "opentelemetry-proto==1.45.2"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64"]
 DROP = ("ray/jars/",)  # Java worker jars: never imported by Python

@@ -113,9 +113,9 @@ def total_rollouts(cfg: Config) -> int:
     return cfg.run.num_epoch * max(1, len(read_records(cfg.data.prompt_data)) // cfg.rollout.rollout_batch_size)
 
 
-# Dense bf16 peak of one accelerator for MFU (H100/H200 SXM datasheet: 989 TFLOP/s);
-# SLIME_GPU_PEAK_TFLOPS overrides for other chips.
-PEAK_TFLOPS = float(os.environ.get("SLIME_GPU_PEAK_TFLOPS", "989"))
+# bf16 matmul rate of one accelerator for perf/mfu: 790 TFLOP/s, measured on an H200 (the
+# denominator docs/benchmarks.md uses); SLIME_GPU_PEAK_TFLOPS sets it for other chips.
+PEAK_TFLOPS = float(os.environ.get("SLIME_GPU_PEAK_TFLOPS", "790"))
 
 
 @dataclass
@@ -306,7 +306,7 @@ class Runtime:
         tokens = sum(len(r.tokens) for r in records) * self.steps_per_rollout / max(self.steps_per_rollout, 1)
         metrics["perf/train_tokens_per_s"] = tokens / max(metrics["perf/train_time"], 1e-9)
         flops = metrics.pop("perf/train_flops", None)
-        if flops:  # per rank; MFU against the accelerator's dense bf16 peak (--gpu-peak-tflops)
+        if flops:  # per rank, over the trainer's own compute time (perf/train_seconds)
             metrics["perf/train_tflops_per_gpu"] = flops / max(metrics.get("perf/train_seconds", 0.0), 1e-9) / 1e12
             metrics["perf/mfu"] = metrics["perf/train_tflops_per_gpu"] / PEAK_TFLOPS
         return metrics

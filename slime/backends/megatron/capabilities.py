@@ -29,6 +29,10 @@ def megatron_trainer_errors(cfg) -> list[str]:
     if ranks % (tp * pp * cp):
         e.append(f"--actor-num-nodes x --actor-num-gpus-per-node = {ranks} trainer ranks is not a multiple of "
                  f"TP x PP x CP = {tp * pp * cp}; the data-parallel size must be a whole number")
+    if tp * pp > 1:
+        e.append(f"--tensor-model-parallel-size {tp} / --pipeline-model-parallel-size {pp} with train.py: weight sync "
+                 "exports from trainer rank 0 alone, and a TP-merged or per-stage export needs every rank; not wired "
+                 "into the Ray loop yet: use TP = PP = 1 (data parallel over the trainer ranks)")
     if getattr(cfg.loss, "use_rollout_routing_replay", False) or getattr(cfg.loss, "use_routing_replay", False):
         e.append("--use-routing-replay / --use-rollout-routing-replay: the Megatron trainer of this build does not "
                  "replay MoE routes yet; drop the flag")
