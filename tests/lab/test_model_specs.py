@@ -26,6 +26,7 @@ MODELS_MD = [
     ("qwen3.5-27B", 64, 5120, 24, 4, 17408, 0, 0, 0, 64, 248320),
     ("deepseek-v3", 61, 7168, 128, 128, 18432, 256, 8, 2048, 3, 129280),
     ("tiny-cpu", 2, 64, 4, 2, 128, 0, 0, 0, 2, 14),
+    ("tiny-gpu", 4, 256, 4, 2, 1024, 0, 0, 0, 4, 14),
 ]
 # published sizes (total, active) in billions
 PUBLISHED = {
@@ -40,7 +41,7 @@ PUBLISHED = {
 
 def test_every_spec_file_is_covered():
     files = sorted(p.stem for p in MODELS_DIR.glob("*.sh"))
-    assert len(files) == 7
+    assert len(files) == 8
     assert files == sorted(row[0] for row in MODELS_MD)
 
 
@@ -100,7 +101,7 @@ def test_hybrid_spec_marks_gdn_and_quarter_rotary():
 
 def test_every_recipe_points_at_an_existing_spec():
     recipes = all_recipes()
-    assert len(recipes) == 7
+    assert len(recipes) == 8
     for r in recipes.values():
         load_model_spec(r.model_spec)
 
