@@ -11,7 +11,7 @@ chat template's generation prompt ends with the assistant tag, the model answers
 the end-of-turn token, and math grades the last number of the response against the label.
 
     python tools/tiny/prepare.py --model-dir /tmp/tiny/model --data-dir /tmp/tiny/data
-    python tools/tiny/prepare.py --model-spec scripts/models/tiny-gpu.sh --model-dir ... --data-dir ...
+    python tools/tiny/prepare.py --model-spec scripts/models/tiny-cpu.sh --model-dir ... --data-dir ...
 
 With --model-spec the model's shape comes from that spec's MODEL_ARGS (read by the runtime's
 torch-free reader), so the spec, the generated config.json and `check` agree by construction.
