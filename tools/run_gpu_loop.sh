@@ -10,11 +10,22 @@
 # megatron-core) are installed into /tmp/site first; nothing is fetched. This script starts its own
 # Ray head on 127.0.0.1 (ports 6390 / 8265) for the run and stops that head at the end: run it on a
 # machine of its own (it is not what experiment.sh does: that one never starts a cluster).
-# Logs, metrics and summary.json go to $OUT (the GPU machine's return folder) or runs/gpu-loop/.
+# Logs, metrics and summary.json go to runs/gpu-loop/; where $OUT is set (the GPU machine's return
+# folder, which takes few files) they are packed there as gpu-loop.tgz, with summary.json beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
-OUT_DIR="${OUT:-runs/gpu-loop}"
+OUT_DIR=runs/gpu-loop
+rm -rf "$OUT_DIR"
 mkdir -p "$OUT_DIR"
+RAY_STARTED=0
+finish() {
+  if (( RAY_STARTED )); then ray stop --force >/dev/null 2>&1; fi
+  if [[ -n "${OUT:-}" ]]; then
+    tar czf "$OUT/gpu-loop.tgz" -C runs gpu-loop
+    cp "$OUT_DIR/summary.json" "$OUT/" 2>/dev/null || true
+  fi
+}
+trap finish EXIT
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "installing the carried wheels failed" >&2; exit 3; }
@@ -40,7 +51,7 @@ done
 log "ray start"
 ray start --head --node-ip-address 127.0.0.1 --port 6390 --dashboard-host 127.0.0.1 --dashboard-port 8265 \
   --num-gpus 1 --num-cpus 8 > "$OUT_DIR/ray_start.log" 2>&1 || { cat "$OUT_DIR/ray_start.log"; exit 6; }
-trap 'ray stop --force >/dev/null 2>&1' EXIT
+RAY_STARTED=1
 for _ in $(seq 60); do curl -sf http://127.0.0.1:8265/api/version >/dev/null && break; sleep 1; done
 export RAY_DASHBOARD=http://127.0.0.1:8265
 
@@ -57,6 +68,10 @@ log "checkpoint: $(cat "$WORK/ckpt/latest_checkpointed_iteration.txt" 2>/dev/nul
 for j in $JOB; do ray job stop --address "$RAY_DASHBOARD" "$j" >> "$OUT_DIR/train1.log" 2>&1; done
 wait "$TRAIN_PID"
 cp "$WORK/out/metrics.jsonl" "$OUT_DIR/metrics_run1.jsonl" 2>/dev/null
+if [[ "$(cat "$WORK/ckpt/latest_checkpointed_iteration.txt" 2>/dev/null)" != "$FIRST_SAVE" ]]; then
+  tail -80 "$OUT_DIR/train1.log"
+  exit 7
+fi
 
 log "train (run 2: LOAD_DIR=SAVE_DIR, the variables block's hand edit)"
 sed -i "s|^LOAD_DIR=''|LOAD_DIR=runs/tiny-gpu/ckpt|" experiment.sh
