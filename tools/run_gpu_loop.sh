@@ -54,11 +54,15 @@ ray start --head --node-ip-address 127.0.0.1 --port 6390 --dashboard-host 127.0.
 RAY_STARTED=1
 for _ in $(seq 60); do curl -sf http://127.0.0.1:8265/api/version >/dev/null && break; sleep 1; done
 export RAY_DASHBOARD=http://127.0.0.1:8265
+if ! curl -sf "$RAY_DASHBOARD/api/version" >/dev/null; then
+  log "the Ray dashboard (job server) is not up: 'ray job submit' cannot work here; see ray_start.log"
+  exit 8
+fi
 
 log "train (run 1; stopped after its first checkpoint)"
 bash experiment.sh train > "$OUT_DIR/train1.log" 2>&1 &
 TRAIN_PID=$!
-for _ in $(seq 240); do
+for _ in $(seq 200); do
   [[ "$(cat "$WORK/ckpt/latest_checkpointed_iteration.txt" 2>/dev/null)" == "$FIRST_SAVE" ]] && break
   kill -0 "$TRAIN_PID" 2>/dev/null || break
   sleep 1
@@ -76,7 +80,7 @@ fi
 log "train (run 2: LOAD_DIR=SAVE_DIR, the variables block's hand edit)"
 sed -i "s|^LOAD_DIR=''|LOAD_DIR=runs/tiny-gpu/ckpt|" experiment.sh
 bash experiment.sh check > "$OUT_DIR/check2.log" 2>&1 || tail -20 "$OUT_DIR/check2.log"
-timeout 260 bash experiment.sh train > "$OUT_DIR/train2.log" 2>&1 || tail -60 "$OUT_DIR/train2.log"
+timeout 200 bash experiment.sh train > "$OUT_DIR/train2.log" 2>&1 || tail -60 "$OUT_DIR/train2.log"
 cp "$WORK/out/metrics.jsonl" "$OUT_DIR/metrics.jsonl" 2>/dev/null
 log "summary"
 python3 tools/gpu_loop_summary.py "$OUT_DIR/metrics_run1.jsonl" "$OUT_DIR/metrics.jsonl" | tee "$OUT_DIR/summary.json"

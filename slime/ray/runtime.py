@@ -348,8 +348,13 @@ class Runtime:
                     admin.add_worker(self.engines[j].url, self.specs[j].worker_type if self.specs else "regular")
                 self.unregistered.clear()
         if c.offload_train and not self.trainer_offloaded:
-            self.last_offload = ray.get([t.offload.remote() for t in self.trainers])[0]
-            self.trainer_offloaded = True
+            try:
+                self.last_offload = ray.get([t.offload.remote() for t in self.trainers])[0]
+                self.trainer_offloaded = True
+            except Exception as e:  # noqa: BLE001 - keep training resident, say so once
+                print(f"[slime] warning: --offload-train failed ({e!r:.400}); the trainer stays on the GPU", flush=True)
+                c.offload_train = False
+                self.last_offload = {"offload_failed": 1.0}
         return took
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
