@@ -43,6 +43,9 @@ def main(argv: list[str]) -> None:
             rt.ack(rollout_id)                                     # straw queue: trained, drop it
             if rt.sync_due(rollout_id):                            # --update-weights-interval
                 metrics["perf/sync_time"] = rt.sync_weights()      # trainer -> engines
+            else:                                                  # colocated: hand the GPUs back, no push
+                rt.sync_weights(push=False)
+            metrics.update({f"memory/{k}": v for k, v in rt.last_offload.items()})  # colocated: after offload
             if eval_due(cfg.eval, rollout_id, last):
                 metrics.update(rt.evaluate(rollout_id))
             if rt.save_due(rollout_id):

@@ -60,13 +60,17 @@ def build_models(root: Path) -> tuple[Path, Path, int]:
 
 
 def bench_sync(ray, model: Path, n_params: int, repeats: int) -> dict:
-    from slime.config import BatchConfig, LossConfig, OptimConfig, SyncConfig
+    from slime.config import SyncConfig
     from slime.ray.actors import EngineActor, TrainerActor
     from slime.sync.weight_sync import EngineHandle, WeightSync
 
     trainer = TrainerActor.options(num_cpus=0).remote(0, 1, threads=1)
     master = ray.get(trainer.master_address.remote())
-    ray.get(trainer.init.remote(master, str(model), None, None, OptimConfig(), LossConfig(), BatchConfig(), 0, None))
+    from slime.args import parse_args
+
+    cfg = parse_args(["--hf-checkpoint", str(model), "--prompt-data", str(model / "config.json"),
+                      "--rollout-batch-size", "1", "--seed", "0"])
+    ray.get(trainer.init.remote(master, cfg))
     engine = EngineActor.options(num_cpus=0).remote(str(model), 0, 1)
     handle = EngineHandle(ray.get(engine.get_url.remote()), engine)
     handle.client.wait_healthy(timeout=600)

@@ -20,6 +20,7 @@ from slime.config import (BatchConfig, ClusterConfig, Config, DataConfig, EvalCo
                           SamplingConfig, SyncConfig)
 from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
 from slime.limits import cluster_size_errors
+from slime.backends.registry import backend_names
 
 # Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
 MEGATRON_FLAGS = {
@@ -94,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     _bool(g, "--offload-rollout", "release engine memory during training")
     g.add_argument("--cpus-per-bundle", type=float, default=0.5,
                    help="CPUs per placement bundle when Ray has no GPUs (fractions let pools share 2 cores)")
-    g.add_argument("--train-backend", choices=["embedded", "megatron"], default="embedded")
+    g.add_argument("--train-backend", choices=backend_names(), default="embedded",
+                   help="trainer backend (slime/backends/registry.py)")
     g.add_argument("--rollout-backend", choices=["embedded", "sglang"], default="embedded")
     g.add_argument("--rollout-external-engine-addrs", nargs="+", default=None,
                    help="host:port of engines another deployment owns (checked before start; no GPUs reserved)")

@@ -62,6 +62,7 @@ def build_context(exp: Experiment, findings: list[Any], derived: Any, prov: dict
         "sglang_yaml": sglang_yaml,
         "with_yaml": with_yaml,
         "tiny": recipe.backends.train == "embedded",
+        "local_model": recipe.hf_repo is None,  # built by tools/tiny/prepare.py, no download
         "megatron": recipe.backends.train == "megatron",
         "fp8_source": fp8_source,
         "serving_format": serving_format,

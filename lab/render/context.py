@@ -416,10 +416,16 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
         if g.lines:
             groups.append(g)
 
-    if recipe.train_args:
+    if recipe.train_args:  # a flag the groups above already hold takes the recipe's value in place
         g = FlagGroup(f"Recipe {recipe.name}: its own tuned flags")
-        g.lines.extend(_split_flag_lines(recipe.train_args))
-        groups.append(g)
+        for line in _split_flag_lines(recipe.train_args):
+            held = [old for group in groups for old in group.lines if old[0] == line[0]]
+            for old in held:
+                old[1:] = line[1:]
+            if not held:
+                g.lines.append(line)
+        if g.lines:
+            groups.append(g)
     extra = extra_flag_tokens(exp)
     if extra:
         g = FlagGroup("Additional runtime flags (advanced.extra_flags)")

@@ -27,7 +27,7 @@ class EngineActor:
         from slime.backends.embedded.engine_core import EngineCore
         from slime.rollout.engines.embedded import EngineServer
 
-        self.core = EngineCore(hf_checkpoint, seed=seed)
+        self.core = EngineCore(hf_checkpoint, seed=seed, dtype=(server_args or {}).get("dtype"))
         self.server = EngineServer(self.core, server_args=server_args)
         self.url = self.server.start()
 
@@ -38,9 +38,20 @@ class EngineActor:
         """Tests and benchmarks: sleep this long per decoding step (to act mid-request)."""
         self.core.step_delay_s = float(seconds)
 
-    def stage_bucket(self, key: str, payload: bytes) -> None:
-        """Out-of-band half of load_format "ray_staged" (the payload came through the object store)."""
+    def stage_bucket(self, key: str, payload) -> None:
+        """Out-of-band half of load_format "ray_staged" (bytes that came through the object store)
+        or "cuda_ipc" (a CUDA IPC handle of a bucket in the trainer's GPU memory)."""
         self.server.staging.put(key, payload)
+
+    def memory(self, reset_peak: bool = False) -> dict[str, float]:
+        from slime.backends.offload import memory_figures
+
+        out = memory_figures("engine")
+        if reset_peak and out:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        return out
 
     def shutdown(self) -> None:
         self.server.stop()
@@ -59,28 +70,14 @@ class TrainerActor:
             port = s.getsockname()[1]
         return ray.util.get_node_ip_address(), port
 
-    def init(self, master: tuple[str, int], hf_checkpoint: str, weights_path: str | None,
-             ref_path: str | None, optim, loss, batch, seed: int, optimizer_from: str | None) -> dict:
-        from slime.backends.embedded.trainer import EmbeddedTrainer, init_process_group
-        from slime.checkpoint import resolve_checkpoint, restore_rng
+    def init(self, master: tuple[str, int], cfg) -> dict:
+        """Build what the registry names for --train-backend (slime/backends/registry.py); returns
+        the runtime state of --load ({} when fresh)."""
+        from slime.backends.registry import backend_class
 
-        init_process_group(self.rank, self.world_size, master[0], master[1])
-        weights = resolve_checkpoint(weights_path, "--load" if optimizer_from else "--ref-load").weights() \
-            if weights_path else None
-        ref = resolve_checkpoint(ref_path, "--ref-load").weights() if (ref_path and loss.needs_ref) else None
-        self.trainer = EmbeddedTrainer(hf_checkpoint, weights, ref, optim, loss, batch,
-                                       self.rank, self.world_size, seed)
-        state = {}
-        if optimizer_from:
-            ckpt = resolve_checkpoint(optimizer_from, "--load")
-            opt = ckpt.optimizer_state()
-            if opt is not None:
-                self.trainer.optimizer.load_state_dict(opt)
-                self.trainer.resume_lr_schedule()
-            if self.rank == 0 and "rng" in ckpt.state:
-                restore_rng(ckpt.state["rng"])
-            state = ckpt.state
-        return state
+        cls = backend_class(cfg.cluster.train_backend)
+        self.trainer = cls.build(cfg, self.rank, self.world_size, master)
+        return self.trainer.resume_state
 
     def train(self, records, num_steps: int) -> dict[str, float]:
         return self.trainer.train(records, num_steps)
@@ -88,13 +85,22 @@ class TrainerActor:
     def log_probs(self, records) -> list[list[float]]:
         return self.trainer.log_probs(records)
 
-    def offload(self) -> None:
-        self.trainer.offload()
+    def offload(self) -> dict[str, float]:
+        return self.trainer.offload()
 
-    def onload(self) -> None:
-        self.trainer.onload()
+    def onload(self) -> dict[str, float]:
+        return self.trainer.onload()
 
-    # -- weight export (rank 0) ------------------------------------------------------------------
+    def memory(self, reset_peak: bool = False) -> dict[str, float]:
+        out = self.trainer.memory()
+        if reset_peak:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+        return out
+
+    # -- weight export (rank 0; every rank iterates where the backend's export is collective) -----
     def write_weights_dir(self, path: str, buffer_size: int) -> str:
         from slime.backends.embedded.weights import write_weights_dir
 
@@ -103,14 +109,28 @@ class TrainerActor:
     def export_bucket_refs(self, buffer_size: int) -> list:
         """Buckets of safetensors bytes put into the object store; the caller passes the refs on
         and drops them after the engines have loaded (then Ray frees them)."""
-        from slime.backends.embedded.weights import bucketize, encode_bucket
+        from slime.backends.embedded.weights import encode_bucket
 
-        return [ray.put(encode_bucket(b)) for b in bucketize(self.trainer.named_weights(), buffer_size)]
+        return [ray.put(encode_bucket(b)) for b in self.trainer.export_buckets(buffer_size)]
 
     def export_bucket_bytes(self, buffer_size: int) -> list[bytes]:
-        from slime.backends.embedded.weights import bucketize, encode_bucket
+        from slime.backends.embedded.weights import encode_bucket
 
-        return [encode_bucket(b) for b in bucketize(self.trainer.named_weights(), buffer_size)]
+        return [encode_bucket(b) for b in self.trainer.export_buckets(buffer_size)]
+
+    def export_ipc_buckets(self, buffer_size: int) -> list[dict]:
+        """Colocated GPUs: the buckets stay in this process's CUDA memory; what leaves is a CUDA IPC
+        handle per bucket (slime/sync/cuda_ipc.py). Kept alive until finish_ipc()."""
+        from slime.sync.cuda_ipc import pack_bucket
+
+        self._ipc = [pack_bucket(b) for b in self.trainer.export_buckets(buffer_size, device="cuda")]
+        return [p.handle for p in self._ipc]
+
+    def finish_ipc(self) -> None:
+        self._ipc = None
+        import torch
+
+        torch.cuda.empty_cache()
 
     # -- distributed weight update (rank 0 broadcasts; slime/sync/dist_group.py) -------------------
     def init_weight_group(self, master: tuple[str, int], world_size: int, group_name: str, backend: str) -> None:
@@ -130,10 +150,11 @@ class TrainerActor:
 
     def prepare_broadcast(self, buffer_size: int) -> list[tuple[list[str], list[str], list[list[int]]]]:
         """Snapshot the weights in buckets; (names, dtypes, shapes) per bucket for the requests."""
-        from slime.backends.embedded.weights import bucketize
         from slime.sync.dist_group import dtype_name
 
-        self._bcast = bucketize(self.trainer.named_weights(), buffer_size)
+        groups = getattr(self, "_groups", {})
+        device = "cuda" if any(g.backend == "nccl" for g in groups.values()) else "cpu"
+        self._bcast = list(self.trainer.export_buckets(buffer_size, device=device))
         return [(list(b), [dtype_name(t.dtype) for t in b.values()], [list(t.shape) for t in b.values()])
                 for b in self._bcast]
 
@@ -157,11 +178,8 @@ class TrainerActor:
         return self._mooncake.send(index, target_session, remote_ptr)
 
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
-        from slime.checkpoint import encode_rng, save_checkpoint
-
-        d = save_checkpoint(root, iteration, self.trainer.named_weights(),
-                            self.trainer.optimizer.state_dict(), {**state, "rng": encode_rng()})
-        return str(d)
+        """Every rank calls it (a sharded save is collective); rank 0 writes the runtime state."""
+        return self.trainer.save(root, iteration, state)
 
     def pid(self) -> int:
         return os.getpid()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,13 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
         problems.append(str(e))
     state: dict[str, Any] = {}
     for flag, path in (("--load", cfg.model.load), ("--ref-load", cfg.model.ref_load)):
+        if path and not problems and flag == "--ref-load" and cfg.cluster.train_backend == "megatron":
+            from slime.checkpoint import MARKER
+
+            if not (Path(path) / MARKER).exists():  # a torch_dist conversion: Megatron's tracker, no state
+                problems.append(f"--ref-load {path}: no {MARKER}; convert the HF checkpoint first "
+                                f"(tools/convert_hf_to_torch_dist_megatron.py)")
+            continue
         if path and not problems:
             try:
                 ckpt = resolve_checkpoint(path, flag)
@@ -109,6 +117,11 @@ def total_rollouts(cfg: Config) -> int:
     return cfg.run.num_epoch * max(1, len(read_records(cfg.data.prompt_data)) // cfg.rollout.rollout_batch_size)
 
 
+# bf16 matmul rate of one accelerator for perf/mfu: 790 TFLOP/s, measured on an H200 (the
+# denominator docs/benchmarks.md uses); SLIME_GPU_PEAK_TFLOPS sets it for other chips.
+PEAK_TFLOPS = float(os.environ.get("SLIME_GPU_PEAK_TFLOPS", "790"))
+
+
 @dataclass
 class Runtime:
     cfg: Config
@@ -127,6 +140,9 @@ class Runtime:
     monitor: Any = None
     specs: list = field(default_factory=list)  # SGLang engine specs (rollout backend sglang)
     train_pending: bool = False  # trained weights not yet synced: a restarted engine waits for the sync
+    engines_released: bool = False  # colocated: engines gave their GPU memory to the trainer
+    trainer_offloaded: bool = False  # --offload-train: the trainer's GPU state is in host memory
+    last_offload: dict = field(default_factory=dict)  # memory figures of the last offload (GiB)
     unregistered: set = field(default_factory=set)
 
     @classmethod
@@ -145,14 +161,18 @@ class Runtime:
             ray.init(address=os.environ.get("RAY_ADDRESS"), log_to_driver=True)
         c = cfg.cluster
         c.use_gpu = ray.cluster_resources().get("GPU", 0) > 0
+        from slime.backends.registry import get_backend
+
+        if get_backend(c.train_backend).needs_gpu and not c.use_gpu:
+            raise PreflightError([f"--train-backend {c.train_backend} runs on GPUs and this Ray cluster has none "
+                                  f"(ray.cluster_resources() lists no GPU); start Ray on GPU nodes, or use "
+                                  f"--train-backend embedded"])
         train_pool, rollout_pool = create_pools(c)
         n = c.num_trainer_ranks
         trainers = [TrainerActor.options(**train_pool.options(i)).remote(i, n) for i in range(n)]
         master = ray.get(trainers[0].master_address.remote())
-        weights_from = cfg.model.load or cfg.model.ref_load
         cfg.optim.total_steps = total_rollouts(cfg) * steps_per_rollout(cfg)  # the LR schedule's length
-        init = [t.init.remote(master, cfg.model.hf_checkpoint, weights_from, cfg.model.ref_load,
-                              cfg.optim, cfg.loss, cfg.batch, cfg.run.seed, cfg.model.load) for t in trainers]
+        init = [t.init.remote(master, cfg) for t in trainers]  # the registry's backend, on every rank
         sglang = c.rollout_backend == "sglang" and not c.external
         # sglang-router starts once the engines serve (its power_of_two policy wants its workers at launch)
         router = None if c.use_sglang_router else RouterActor.remote(cfg.rollout.server_concurrency, c.router_policy)
@@ -168,7 +188,8 @@ class Runtime:
             rt.engines = [rt._start_engine(j, wait=False) for j in range(len(rt.specs) or c.num_engines)]
         for h in rt.engines:
             h.client.wait_healthy(timeout=600.0)
-        ray.get(init)
+        states = ray.get(init)
+        state = states[0] or state
         disk = os.path.join(cfg.log.output_dir or tempfile.gettempdir(), f"slime-weights-{os.getpid()}")
         rt.sync = WeightSync(cfg.sync, c.colocate, trainers[0], rt.engines, disk, c.use_gpu, cfg.sync.check_tol,
                              cfg.rollout.sampling.temperature)
@@ -227,7 +248,7 @@ class Runtime:
             dist_init = ray.get(actors[0].free_addr.remote()) if len(actors) > 1 else None
             ray.get([a.start.remote(spec, cfg.model.hf_checkpoint, seed * 1000 + j, c.offload_rollout, r,
                                     len(actors), dist_init) for r, a in enumerate(actors)])
-            h = EngineHandle(ray.get(actors[0].get_url.remote()), actors[0], spec.num_gpus)
+            h = EngineHandle(ray.get(actors[0].get_url.remote()), actors[0], spec.num_gpus, kind="sglang")
             h.others = actors[1:]
         if wait:
             h.client.wait_healthy(timeout=600.0)
@@ -296,23 +317,45 @@ class Runtime:
                              l.normalize_rewards, l.std_normalization)
 
     def train(self, records) -> dict[str, float]:
+        """Colocated: the engines release their memory, the trainer takes the GPU back (onload),
+        trains, and stays on the GPU until its weights are synced (sync_weights offloads it).
+        GPU memory (GiB) of each phase goes into memory/*."""
         import ray
 
         t0 = time.monotonic()
+        c = self.cfg.cluster
+        mem: dict[str, float] = {}
         with self.sync.lock:
             self.train_pending = True
-        if self.cfg.cluster.colocate:  # the pool goes to the trainer: engines release memory
+        if c.colocate and c.offload_rollout:  # the pool goes to the trainer: engines release memory
+            mem.update(self._engine_memory("rollout"))
             self.sync.release_engines()
-            ray.get([t.onload.remote() for t in self.trainers])
+            self.engines_released = True
+        if c.offload_train and self.trainer_offloaded:
+            mem.update(ray.get([t.onload.remote() for t in self.trainers])[0])
+            self.trainer_offloaded = False
+        ray.get([t.memory.remote(reset_peak=True) for t in self.trainers])
         metrics = ray.get([t.train.remote(records, self.steps_per_rollout) for t in self.trainers])[0]
         self.version += 1  # the trainer now holds the next policy version (engines get it at the next sync)
-        if self.cfg.cluster.colocate:
-            ray.get([t.offload.remote() for t in self.trainers])
-            self.sync.resume_engines()
+        mem.update({k.replace("train_", "train_step_"): v for k, v in ray.get(self.trainers[0].memory.remote()).items()})
+        metrics.update({f"memory/{k}": v for k, v in mem.items()})
         metrics["perf/train_time"] = time.monotonic() - t0
         tokens = sum(len(r.tokens) for r in records) * self.steps_per_rollout / max(self.steps_per_rollout, 1)
         metrics["perf/train_tokens_per_s"] = tokens / max(metrics["perf/train_time"], 1e-9)
+        flops = metrics.pop("perf/train_flops", None)
+        if flops:  # per rank, over the trainer's own compute time (perf/train_seconds)
+            metrics["perf/train_tflops_per_gpu"] = flops / max(metrics.get("perf/train_seconds", 0.0), 1e-9) / 1e12
+            metrics["perf/mfu"] = metrics["perf/train_tflops_per_gpu"] / PEAK_TFLOPS
         return metrics
+
+    def _engine_memory(self, phase: str) -> dict[str, float]:
+        import ray
+
+        actors = [h.actor for h in self.engines if h.actor is not None and h.kind == "embedded"]
+        if not actors or not self.cfg.cluster.use_gpu:
+            return {}
+        got = ray.get(actors[0].memory.remote(reset_peak=True))
+        return {k.replace("engine_", f"{phase}_engine_"): v for k, v in got.items()}
 
     def ack(self, rollout_id: int) -> None:
         """Rollout `rollout_id` is trained: the straw queue may drop it (no-op without a queue)."""
@@ -325,23 +368,40 @@ class Runtime:
         """--update-weights-interval N: sync after every N-th trained rollout and after the last."""
         return (rollout_id + 1) % max(self.cfg.sync.interval, 1) == 0 or rollout_id == self.num_rollout - 1
 
-    def sync_weights(self) -> float:
-        """Push the trainer's current version to the engines (no-op when they already serve it).
-        Callers make sure no generation request is in flight, so no sample mixes versions."""
+    def sync_weights(self, push: bool = True) -> float:
+        """Push the trainer's current version to the engines (no-op when they already serve it, or
+        when `push` is False: --update-weights-interval skips this rollout). Colocated: the engines
+        take their memory back first; the trainer offloads after (its GPU copy is what the hand-over
+        reads). Callers make sure no generation request is in flight, so no sample mixes versions."""
+        import ray
+
         from slime.rollout.client import RouterAdmin
 
+        c = self.cfg.cluster
         with self.sync.lock:
-            if self.sync.version == self.version:
-                return 0.0
-            took = self.sync.sync(self.version)
-            self.train_pending = False
+            if self.engines_released:
+                self.sync.resume_engines()
+                self.engines_released = False
+            if not push or self.sync.version == self.version:
+                took = 0.0
+            else:
+                took = self.sync.sync(self.version)
+                self.train_pending = False
             if self.unregistered:
                 admin = RouterAdmin(self.router_url)
                 for j in sorted(self.unregistered):
                     admin.add_worker(self.engines[j].url, self.specs[j].worker_type if self.specs else "regular")
                 admin.wait_workers([self.engines[j].url for j in self.unregistered], timeout=600.0)
                 self.unregistered.clear()
-            return took
+        if c.offload_train and not self.trainer_offloaded:
+            try:
+                self.last_offload = ray.get([t.offload.remote() for t in self.trainers])[0]
+                self.trainer_offloaded = True
+            except Exception as e:  # noqa: BLE001 - keep training resident, say so once
+                print(f"[slime] warning: --offload-train failed ({e!r:.400}); the trainer stays on the GPU", flush=True)
+                c.offload_train = False
+                self.last_offload = {"offload_failed": 1.0}
+        return took
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
         from slime.eval import run_eval
@@ -362,7 +422,14 @@ class Runtime:
         nxt = rollout_id + 1
         state = {"next_rollout_id": nxt, "rollout_id": rollout_id, "weight_version": self.version,
                  **ray.get(self.manager.state_for.remote(nxt))}  # data position + partial-rollout buffer
-        return ray.get(self.trainers[0].save.remote(self.cfg.model.save, nxt, state))
+        offloaded = self.trainer_offloaded
+        if offloaded:  # a sharded save reads the GPU state
+            ray.get([t.onload.remote() for t in self.trainers])
+        try:
+            return ray.get([t.save.remote(self.cfg.model.save, nxt, state) for t in self.trainers])[0]
+        finally:
+            if offloaded:
+                ray.get([t.offload.remote() for t in self.trainers])
 
     def shutdown(self) -> None:
         import ray

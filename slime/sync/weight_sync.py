@@ -7,8 +7,9 @@ Transports (each in buckets of <= --update-weight-buffer-size bytes):
   /update_weights_from_disk. Any layout with a shared filesystem (and external engines).
 - "tensor": buckets through Ray's object store into each engine host (staging), then POST
   /update_weights_from_tensor with load_format "ray_staged"; the last bucket commits the
-  version. Colocated pools on CPU; the CUDA-IPC form for GPUs is
-  slime/sync/cuda_ipc.py (# UNTESTED on GPU).
+  version. On colocated GPUs the buckets stay in the trainer's CUDA memory and only CUDA IPC
+  handles travel (load_format "cuda_ipc", slime/sync/cuda_ipc.py); where the platform refuses
+  IPC the sync falls back to "ray_staged" and says so once (`ipc_fallback`).
 - "http": the same buckets inline as base64 safetensors in the HTTP body (any reachable engine).
 - "mooncake": Mooncake's transfer engine writes each bucket into buffers the engine registered
   once (slime/sync/mooncake.py); an engine that dies mid-sync is dropped from that sync.
@@ -18,7 +19,9 @@ Transports (each in buckets of <= --update-weight-buffer-size bytes):
   first, then rank 0 broadcasts each tensor, then the replies are awaited. Reconnected after an
   engine restart. Colocated runs take "tensor" instead, as slime does (SYN-3).
 
-Disk and broadcast syncs run pause_generation -> flush_cache -> buckets -> continue_generation.
+Every transport runs pause_generation -> flush_cache -> buckets -> continue_generation, and the
+embedded engine itself holds generation while a bucketed update is half applied: no request is
+ever sampled on a mix of two versions.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class EngineHandle:
     actor: object | None = None  # None: an external engine (not ours to restart or stage into)
     gpus: int = 1  # ranks it contributes to a broadcast group (its TP size)
     others: list = field(default_factory=list)  # node ranks > 0 of a multi-node SGLang engine
+    kind: str = "embedded"  # "sglang": buckets are applied through the actor (SGLang's own format)
     client: EngineClient = field(init=False)
 
     def __post_init__(self) -> None:
@@ -81,6 +85,9 @@ class WeightSync:
             from slime.sync.mooncake import MooncakeTransport
 
             self.mooncake = MooncakeTransport(rank0, cfg.buffer_size, cfg.mooncake_protocol, cfg.mooncake_device)
+        # Colocated on GPUs: hand over CUDA memory (IPC handles) instead of host bytes.
+        self.ipc = self.transport == "tensor" and colocate and use_gpu
+        self.ipc_fallback: str | None = None  # why IPC was given up (then ray_staged)
         if self.transport == "tensor" and any(h.actor is None for h in engines):
             raise ValueError("--update-weight-transport tensor hands buckets to engine actors; external engines "
                              "take disk, http or nccl")
@@ -127,19 +134,16 @@ class WeightSync:
                 if old.name != f"v{version}":
                     shutil.rmtree(old, ignore_errors=True)
         elif t == "tensor":
-            refs = ray.get(self.rank0.export_bucket_refs.remote(self.cfg.buffer_size))
-            for b, ref in enumerate(refs):
-                key = f"v{version}-b{b}"
-                ray.get([h.actor.stage_bucket.remote(key, ref) for h in handles])
-                last = b == len(refs) - 1
-                self._each(handles, lambda h: h.client.update_weights_from_tensor(key, version, "ray_staged", last))
-            del refs  # the engines copied them: let the object store free the buckets
+            self._paused(handles, lambda h: None, lambda: self._push_tensor(handles, version))
         elif t == "http":
             payloads = ray.get(self.rank0.export_bucket_bytes.remote(self.cfg.buffer_size))
-            for b, payload in enumerate(payloads):
-                last = b == len(payloads) - 1
-                self._each(handles, lambda h: h.client.update_weights_from_tensor(payload, version, "safetensors",
-                                                                                  last))
+
+            def push() -> None:
+                for b, payload in enumerate(payloads):
+                    last = b == len(payloads) - 1
+                    self._each(handles, lambda h: h.client.update_weights_from_tensor(payload, version, "safetensors",
+                                                                                      last))
+            self._paused(handles, lambda h: None, push)
         elif t == "broadcast":
             if private:  # a restarted engine: its own two-member group; the main group is rebuilt next sync
                 name = f"slime-restart-{abs(hash(handles[0].url)) % 10**8}"
@@ -159,6 +163,37 @@ class WeightSync:
             self.dropped |= self.mooncake.push(handles, version)
         else:
             raise ValueError(f"unknown weight transport {t!r}")
+
+    def _push_tensor(self, handles: list[EngineHandle], version: int) -> None:
+        if self.ipc:
+            try:
+                self._push_staged(handles, version, ray.get(self.rank0.export_ipc_buckets.remote(self.cfg.buffer_size)),
+                                  "cuda_ipc")
+                return
+            except Exception as e:  # noqa: BLE001 - e.g. no CUDA IPC in this container: keep training
+                self.ipc, self.ipc_fallback = False, repr(e)[:500]
+                print(f"[slime] CUDA IPC weight hand-over failed ({self.ipc_fallback}); "
+                      f"falling back to ray_staged (host copy)", flush=True)
+            finally:
+                ray.get(self.rank0.finish_ipc.remote())
+        refs = ray.get(self.rank0.export_bucket_refs.remote(self.cfg.buffer_size))
+        self._push_staged(handles, version, refs, "ray_staged")
+        del refs  # the engines copied them: let the object store free the buckets
+
+    def _push_staged(self, handles: list[EngineHandle], version: int, payloads: list, fmt: str) -> None:
+        """Stage each bucket in every engine's host actor, then commit it (the last one commits
+        the version). A bucket that fails is resent whole by the next attempt (same version)."""
+        for b, payload in enumerate(payloads):
+            key = f"v{version}-b{b}"
+            last = b == len(payloads) - 1
+            ray.get([h.actor.stage_bucket.remote(key, payload) for h in handles])
+
+            def apply(h: EngineHandle) -> None:
+                if h.kind == "sglang":  # SGLang takes its own serialized form: the actor posts it
+                    ray.get(h.actor.apply_staged.remote(key, version, last, fmt))
+                else:
+                    h.client.update_weights_from_tensor(key, version, fmt, last)
+            self._each(handles, apply)
 
     def _paused(self, handles: list[EngineHandle], per_engine, whole=None) -> None:
         """pause_generation -> flush_cache -> update -> continue_generation (sglang-protocol.md §3).

@@ -430,3 +430,4 @@ def compute_total_loss(
             total = total - config.entropy_coef * ent
     metrics["train/loss"] = float(total.detach().item())
     return total, metrics
+

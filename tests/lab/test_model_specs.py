@@ -100,7 +100,7 @@ def test_hybrid_spec_marks_gdn_and_quarter_rotary():
 
 def test_every_recipe_points_at_an_existing_spec():
     recipes = all_recipes()
-    assert len(recipes) == 7
+    assert len(recipes) == 8
     for r in recipes.values():
         load_model_spec(r.model_spec)
 

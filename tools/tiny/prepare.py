@@ -11,6 +11,10 @@ chat template's generation prompt ends with the assistant tag, the model answers
 the end-of-turn token, and math grades the last number of the response against the label.
 
     python tools/tiny/prepare.py --model-dir /tmp/tiny/model --data-dir /tmp/tiny/data
+    python tools/tiny/prepare.py --model-spec scripts/models/tiny-cpu.sh --model-dir ... --data-dir ...
+
+With --model-spec the model's shape comes from that spec's MODEL_ARGS (read by the runtime's
+torch-free reader), so the spec, the generated config.json and `check` agree by construction.
 """
 
 from __future__ import annotations
@@ -44,13 +48,33 @@ def build_tokenizer(out: Path):
     return fast
 
 
-def build_model(out: Path, vocab_size: int, eos_id: int, pad_id: int, seed: int) -> None:
+DEFAULT_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2)
+
+
+def shape_from_spec(spec: str, vocab_size: int) -> dict:
+    """Qwen2Config fields from a scripts/models/*.sh spec (the same flags the trainer builds from)."""
+    from slime.backends.megatron.model_args import load_flags
+
+    f = load_flags(spec)
+    if int(f.get("vocab_size", vocab_size)) != vocab_size:
+        raise SystemExit(f"{spec}: --vocab-size {f['vocab_size']} but the tiny tokenizer has {vocab_size} tokens")
+    heads = int(f["num_attention_heads"])
+    shape = dict(hidden_size=int(f["hidden_size"]), intermediate_size=int(f["ffn_hidden_size"]),
+                 num_hidden_layers=int(f["num_layers"]), num_attention_heads=heads,
+                 num_key_value_heads=int(f.get("num_query_groups", heads)),
+                 rope_theta=float(f.get("rotary_base", 10000)), rms_norm_eps=float(f.get("norm_epsilon", 1e-6)))
+    if "kv_channels" in f:
+        shape["head_dim"] = int(f["kv_channels"])
+    return shape
+
+
+def build_model(out: Path, vocab_size: int, eos_id: int, pad_id: int, seed: int, shape: dict | None = None) -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=vocab_size, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    config = Qwen2Config(vocab_size=vocab_size, **(shape or DEFAULT_SHAPE),
                          max_position_embeddings=64, tie_word_embeddings=False,
                          eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None)
     model = Qwen2ForCausalLM(config)
@@ -76,11 +100,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model-dir", required=True)
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model-spec", help="a scripts/models/*.sh whose MODEL_ARGS give the model's shape "
+                                         "(default: the tiny CPU shape)")
     a = ap.parse_args(argv)
     model_dir = Path(a.model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(model_dir)
-    build_model(model_dir, len(tok), tok.eos_token_id, tok.pad_token_id, a.seed)
+    shape = shape_from_spec(a.model_spec, len(tok)) if a.model_spec else None
+    build_model(model_dir, len(tok), tok.eos_token_id, tok.pad_token_id, a.seed, shape)
     n_train, n_eval = build_data(Path(a.data_dir), a.seed)
     print(f"model: {model_dir} (vocab {len(tok)}); data: {a.data_dir} ({n_train} train, {n_eval} eval)")
 

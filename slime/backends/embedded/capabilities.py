@@ -2,8 +2,9 @@
 
 The embedded trainer is one HF model per data-parallel rank (DDP); the embedded engine is one HF
 model per engine. Neither shards a model, so model-parallel flags meant for Megatron / SGLang are
-refused here with the reason, instead of being silently ignored. The Megatron backend
-(slime/backends/megatron/, later) will add its own checks next to these.
+refused here with the reason, instead of being silently ignored. Each trainer backend declares
+its own checks in slime/backends/registry.py (the Megatron backend's live in
+slime/backends/megatron/capabilities.py); backend_capability_errors asks the chosen one.
 """
 
 from __future__ import annotations
@@ -52,34 +53,15 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
     """environment=False: judge the flags only, not what this machine has installed."""
     e: list[str] = []
     c = cfg.cluster
-    if c.train_backend == "megatron":
-        e.append("--train-backend megatron: the Megatron trainer (slime/backends/megatron/trainer.py) runs on GPUs "
-                 "and is exercised by tests/gpu, but train.py does not place it on Ray yet; "
-                 "use --train-backend embedded here (see docs/en/megatron.md)")
+    from slime.backends.registry import capability_errors
+
+    e.extend(capability_errors(cfg))
     if environment and c.rollout_backend == "sglang" and not c.external:
         from slime.rollout.engines.sglang import sglang_available
 
         if not sglang_available():
             e.append("--rollout-backend sglang needs the optional [sglang] install and a GPU; "
                      "use --rollout-backend embedded on this machine")
-    if c.train_backend == "embedded":
-        for k in _PARALLEL:
-            v = _int(cfg.megatron.get(k, 1))
-            if v is not None and v > 1:
-                e.append(f"--{k.replace('_', '-')} {v}: the embedded trainer does not shard models "
-                         f"(data parallel only); use 1, or --train-backend megatron")
-        e.extend(embedded_megatron_flag_errors(cfg.megatron))
-        if not c.colocate and c.offload_train:
-            e.append("--offload / --offload-train without --colocate: the embedded trainer owns its pool and has "
-                     "nothing to hand over between phases (with --colocate it offloads each side in turn); drop the "
-                     "flag, or use --train-backend megatron")
-        loss = cfg.loss
-        if getattr(loss, "use_routing_replay", False):
-            e.append("--use-routing-replay: the embedded trainer runs dense Hugging Face models and has no MoE "
-                     "router to replay; drop the flag, or use --train-backend megatron with a MoE model")
-        if getattr(loss, "use_rollout_routing_replay", False):
-            e.append("--use-rollout-routing-replay (R3): the embedded trainer runs dense models and cannot replay "
-                     "the rollout's MoE routes; drop the flag, or use --train-backend megatron with a MoE model")
     if c.rollout_backend == "embedded" and not c.external and getattr(cfg.loss, "use_rollout_routing_replay", False):
         e.append("--use-rollout-routing-replay (R3): the embedded engine returns no routed experts "
                  "(return_routed_experts); use --rollout-backend sglang with --sglang-enable-return-routed-experts")
@@ -101,6 +83,31 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
             if k in cfg.sglang:
                 e.append(f"--sglang-{k.replace('_', '-')}: not supported by the embedded engine "
                          f"(it would change what is sampled); use --rollout-backend sglang")
+    return e
+
+
+def embedded_trainer_errors(cfg) -> list[str]:
+    """--train-backend embedded: what one HF model per data-parallel rank cannot honour."""
+    e: list[str] = []
+    for k in _PARALLEL:
+        v = _int(cfg.megatron.get(k, 1))
+        if v is not None and v > 1:
+            e.append(f"--{k.replace('_', '-')} {v}: the embedded trainer does not shard models "
+                     f"(data parallel only); use 1, or --train-backend megatron")
+    if cfg.megatron.get("optimizer_cpu_offload"):
+        e.append("--optimizer-cpu-offload: the embedded trainer keeps AdamW on the model's device")
+    e.extend(embedded_megatron_flag_errors({k: v for k, v in cfg.megatron.items() if k != "optimizer_cpu_offload"}))
+    if not cfg.cluster.colocate and cfg.cluster.offload_train:
+        e.append("--offload / --offload-train without --colocate: the embedded trainer owns its pool and has "
+                 "nothing to hand over between phases (with --colocate it offloads each side in turn); drop the "
+                 "flag, or use --train-backend megatron")
+    loss = cfg.loss
+    if getattr(loss, "use_routing_replay", False):
+        e.append("--use-routing-replay: the embedded trainer runs dense Hugging Face models and has no MoE "
+                 "router to replay; drop the flag, or use --train-backend megatron with a MoE model")
+    if getattr(loss, "use_rollout_routing_replay", False):
+        e.append("--use-rollout-routing-replay (R3): the embedded trainer runs dense models and cannot replay "
+                 "the rollout's MoE routes; drop the flag, or use --train-backend megatron with a MoE model")
     return e
 
 
@@ -182,6 +189,7 @@ def model_flag_errors(cfg) -> list[str]:
     hf = json.loads(path.read_text())
     lines = [f"{m.key} = {m.config} in config.json, but the spec says {m.flag} {m.spec} ({m.field})"
              for m in flag_mismatches(cfg.megatron, hf)]
-    spec = {k: v for k, v in cfg.megatron.items() if k in EMBEDDED_CHECKS_SPEC}
-    lines += _spec_extra_mismatches(spec, hf)
+    if cfg.cluster.train_backend == "embedded":  # it builds from config.json: flags it would otherwise ignore
+        spec = {k: v for k, v in cfg.megatron.items() if k in EMBEDDED_CHECKS_SPEC}
+        lines += _spec_extra_mismatches(spec, hf)
     return [f"{path}: {line}" for line in lines]

@@ -41,11 +41,12 @@ class GenerateRequest:
 
 
 class EngineCore:
-    def __init__(self, hf_checkpoint: str, seed: int = 0, weight_version: str = "0"):
+    def __init__(self, hf_checkpoint: str, seed: int = 0, weight_version: str = "0", dtype: str | None = None):
         self.hf_checkpoint = hf_checkpoint
         self.tokenizer = load_tokenizer(hf_checkpoint)
-        self.model = load_model(hf_checkpoint).eval()
         self.device = pick_device()
+        self.dtype = engine_dtype(self.device, dtype)
+        self.model = load_model(hf_checkpoint, device=self.device, dtype=self.dtype).eval()
         self.eos_ids = eos_token_ids(self.tokenizer, hf_checkpoint)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
         self.generator = torch.Generator(device="cpu").manual_seed(seed)
@@ -53,6 +54,10 @@ class EngineCore:
         self._partial_version: str | None = None  # a bucketed update in progress
         self.released = False
         self.lock = threading.Lock()  # one forward pass at a time; updates wait for it
+        # A bucketed update in progress holds generation back until its last bucket commits, so
+        # no request is ever sampled on a mix of two versions (whatever the transport).
+        self._committed = threading.Condition(self.lock)
+        self.partial_update_timeout_s = 600.0
         self.busy = 0
         # abort_all aborts every request present when it is called, running or waiting for the
         # lock (SGLang: running and queued); requests that arrive later are not affected.
@@ -68,6 +73,8 @@ class EngineCore:
         epoch = self._abort_epoch
         try:
             with self.lock:
+                self._wait_for_commit()
+
                 def abort(i: int) -> bool:
                     if i == 0 and self.step_delay_s:
                         time.sleep(self.step_delay_s)
@@ -110,6 +117,15 @@ class EngineCore:
             raise EngineError("cannot flush the cache while requests are running", 400)
 
     # -- weights -----------------------------------------------------------------------------
+    def _wait_for_commit(self) -> None:
+        """Called holding self.lock: wait (releasing it, so buckets can land) while an update is
+        half applied."""
+        while self._partial_version is not None:
+            if not self._committed.wait(timeout=self.partial_update_timeout_s):
+                raise EngineError(f"weight update to version {self._partial_version} is still half applied after "
+                                  f"{self.partial_update_timeout_s:g} s (its last bucket never came); "
+                                  f"refusing to sample on mixed weights", 503)
+
     def _check_version(self, version: Any) -> str:
         new = parse_version(version)
         if new is None:
@@ -129,6 +145,7 @@ class EngineCore:
             self._partial_version = None if last_bucket else v
             if last_bucket:
                 self.weight_version = v
+                self._committed.notify_all()
 
     def update_from_disk(self, model_path: str, version: Any) -> None:
         v = self._check_version(version)
@@ -137,6 +154,7 @@ class EngineCore:
             load_into(self.model, named, strict=True)
             self.weight_version = v
             self._partial_version = None
+            self._committed.notify_all()
 
     def update_from_bytes(self, payload: bytes, version: Any, last_bucket: bool) -> None:
         self.update_from_named(decode_bucket(payload), version, last_bucket)
@@ -153,6 +171,8 @@ class EngineCore:
                 self._buffers = {n: b.detach().cpu().clone() for n, b in self.model.named_buffers()}
                 self.model.to("meta")
                 self.released = True
+                if self.device.type == "cuda":  # give the freed blocks back to the colocated trainer
+                    torch.cuda.empty_cache()
 
     def resume(self, tags: list[str] | None) -> None:
         if self.released and (tags is None or "weights" in tags):
@@ -169,6 +189,15 @@ class EngineCore:
         return {"model_path": self.hf_checkpoint, "tokenizer_path": self.hf_checkpoint,
                 "is_generation": True, "weight_version": self.weight_version,
                 "model_type": cfg.model_type, "architectures": list(cfg.architectures or [])}
+
+
+def engine_dtype(device: torch.device, name: str | None = None) -> torch.dtype:
+    """bf16 on a GPU (what the trainer exports and SGLang serves), float32 on the CPU (the CPU
+    runs check the engine against the trainer at ~1e-7); --sglang-dtype overrides."""
+    if name and name != "auto":
+        return {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "half": torch.float16,
+                "float32": torch.float32, "float": torch.float32}[name]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
 def new_rid() -> str:

@@ -425,15 +425,11 @@ class MegatronTrainer:
         """All HF-named weights on the CPU (the embedded trainer's hand-off form)."""
         return {n: t.to("cpu") for bucket in self.export_hf_weights() for n, t in bucket}
 
-    def offload(self) -> None:
-        raise NotImplementedError("colocated Megatron training needs GPU memory release (torch_memory_saver); "
-                                  "not in this build: run the Megatron trainer disaggregated")
-
-    onload = offload
-
     # -- checkpoints -------------------------------------------------------------------------------
-    def save(self, save_dir: str | Path, iteration: int | None = None, with_optimizer: bool | None = None) -> Path:
-        """torch_dist checkpoint ``save_dir/iter_NNNNNNN`` + Megatron's tracker file."""
+    def save(self, save_dir: str | Path, iteration: int | None = None, with_optimizer: bool | None = None,
+             tracker: bool = True) -> Path:
+        """torch_dist checkpoint ``save_dir/iter_NNNNNNN`` + Megatron's tracker file (``tracker``
+        False: the caller writes it, after its own files; slime/backends/megatron/backend.py)."""
         from megatron.core import dist_checkpointing
 
         it = self.iteration if iteration is None else iteration
@@ -450,7 +446,7 @@ class MegatronTrainer:
             state["opt_param_scheduler"] = self.scheduler.state_dict()
         dist_checkpointing.save(state, str(out))
         dist.barrier()
-        if dist.get_rank() == 0:
+        if tracker and dist.get_rank() == 0:
             write_tracker(save_dir, it)
         return out
 

@@ -11,6 +11,9 @@ Weight hand-off formats of POST /update_weights_from_tensor (one entry in
   it in the object store for the owner's lifetime, measured with Ray 2.60). This is the CPU
   analogue of SGLang's CUDA-IPC handles: the payload moves out of band, HTTP carries the handle
   and the versioned commit.
+- load_format "cuda_ipc": the staged entry is a CUDA IPC handle of a bucket that stays in the
+  colocated trainer's GPU memory (slime/sync/cuda_ipc.py); the engine copies from it on the GPU,
+  with no host copy.
 Distributed updates (`/init_weights_update_group`, `/update_weights_from_distributed`): the
 engine is one rank (`rank_offset`) of a process group the trainer's rank 0 hosts
 (slime/sync/dist_group.py): gloo on CPU, nccl where the engine runs on a GPU. The update request
@@ -51,7 +54,7 @@ from slime.rollout.http_thread import ThreadedServer, free_port  # noqa: F401  (
 SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor", "init_weights_update_group",
                      "update_weights_from_distributed", "destroy_weights_update_group",
                      "init_weights_transfer_engine", "update_weights_from_transfer_engine"]
-TENSOR_FORMATS = ["safetensors", "ray_staged"]
+TENSOR_FORMATS = ["safetensors", "ray_staged", "cuda_ipc"]
 PD_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 
 
@@ -363,9 +366,13 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
         if fmt not in TENSOR_FORMATS:
             return _schema_error(f"load_format {fmt!r} not supported; use one of {TENSOR_FORMATS}")
         try:
-            payload = staging.pop(entries[0]) if fmt == "ray_staged" else base64.b64decode(entries[0])
-            await run_in_threadpool(core.update_from_bytes, payload, body.get("weight_version"),
-                                    bool(body.get("is_last_bucket", True)))
+            last = bool(body.get("is_last_bucket", True))
+            if fmt == "cuda_ipc":
+                await run_in_threadpool(_update_from_ipc, core, staging.pop(entries[0]), body.get("weight_version"),
+                                        last)
+            else:
+                payload = staging.pop(entries[0]) if fmt == "ray_staged" else base64.b64decode(entries[0])
+                await run_in_threadpool(core.update_from_bytes, payload, body.get("weight_version"), last)
         except (EngineError, KeyError, ValueError) as e:
             return _control(False, f"update_weights_from_tensor failed: {e}")
         return _control(True, "ok")
@@ -385,6 +392,23 @@ async def _sse(core: EngineCore, req: GenerateRequest, is_list: bool):
         for i, o in enumerate(outs):
             yield f"data: {json.dumps({**o, 'index': i} if is_list else o)}\n\n"
     yield "data: [DONE]\n\n"
+
+
+def _update_from_ipc(core: EngineCore, handle: dict[str, Any], version: Any, last: bool) -> None:
+    """A bucket still in the trainer's GPU memory (slime/sync/cuda_ipc.py): copy, then let go."""
+    if core.device.type != "cuda":
+        raise EngineError("load_format cuda_ipc needs a GPU engine; this one runs on CPU: use ray_staged")
+    import torch
+
+    from slime.sync.cuda_ipc import open_bucket
+
+    try:
+        named = open_bucket(handle)
+    except Exception as e:  # noqa: BLE001 - no IPC on this platform: the caller falls back
+        raise EngineError(f"cannot open the CUDA IPC handle: {e!r}") from e
+    core.update_from_named(named, version, last)
+    torch.cuda.synchronize()  # copied before the trainer may free the buffer
+    del named
 
 
 async def _json_or_empty(request: Request) -> dict[str, Any]:

@@ -263,6 +263,8 @@ def _sglang_engine_actor_cls():
 
         def __init__(self):
             self.proc, self.url, self.cmd = None, "", []
+            self.staged: dict = {}
+            self.tp_size = 1
 
         def free_addr(self) -> str:
             """host:port for --dist-init-addr (node rank 0 of a multi-node engine)."""
@@ -286,6 +288,7 @@ def _sglang_engine_actor_cls():
                                    dist_init_addr=dist_init_addr)
             env = dict(os.environ)
             env.pop("CUDA_VISIBLE_DEVICES", None)  # SGLang counts from base_gpu_id itself
+            self.tp_size = int(fields.get("tp_size") or fields.get("tensor_parallel_size") or 1)
             self.cmd = launch_command(fields)
             self.proc = subprocess.Popen(self.cmd, env=env)
             self.url = f"http://{host}:{port}"
@@ -293,6 +296,36 @@ def _sglang_engine_actor_cls():
 
         def get_url(self) -> str:
             return self.url
+
+        def stage_bucket(self, key: str, payload) -> None:
+            """# UNTESTED on GPU. The out-of-band half of a colocated "tensor" sync (weight_sync.py):
+            safetensors bytes (ray_staged) or a CUDA IPC handle of the trainer's bucket (cuda_ipc)."""
+            self.staged[key] = payload
+
+        def apply_staged(self, key: str, version: int, last: bool, load_format: str) -> None:
+            """# UNTESTED on GPU. POST the staged bucket to SGLang's /update_weights_from_tensor in
+            its own form: named tensors serialized by sglang's MultiprocessingSerializer (CUDA
+            tensors travel as IPC handles), one entry per TP rank. Generation is paused around the
+            whole sync by the caller (pause_generation / continue_generation)."""
+            import httpx
+            from sglang.srt.utils import MultiprocessingSerializer
+
+            payload = self.staged.pop(key)
+            if load_format == "cuda_ipc":
+                from slime.sync.cuda_ipc import open_bucket
+
+                named = list(open_bucket(payload).items())
+            else:
+                from slime.backends.embedded.weights import decode_bucket
+
+                named = list(decode_bucket(payload).items())
+            data = MultiprocessingSerializer.serialize(named, output_str=True)
+            r = httpx.post(self.url + "/update_weights_from_tensor", timeout=600.0, json={
+                "serialized_named_tensors": [data] * self.tp_size, "flush_cache": last,
+                "weight_version": str(version)})
+            body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+            if r.status_code != 200 or body.get("success") is False:
+                raise RuntimeError(f"{self.url}/update_weights_from_tensor: {r.status_code} {str(body or r.text)[:500]}")
 
         def command(self) -> list[str]:
             return self.cmd

@@ -1,0 +1,61 @@
+"""Trainer backends by `--train-backend` name: which class the Ray trainer actor builds, and the
+capability checks each backend declares for itself.
+
+Torch-free on purpose: `slime.args.validate` (and the lab, through it) asks these checks on
+machines without torch, megatron-core or a GPU. The classes named here are imported only inside
+the trainer actor (`build_backend`), where their heavy dependencies are present.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class TrainBackend:
+    name: str
+    cls: str  # "module:Class" implementing slime.backends.protocol.TrainerBackend
+    capabilities: str  # "module:function": (cfg) -> list of problems, torch-free
+    needs_gpu: bool
+    summary: str
+
+
+TRAIN_BACKENDS: dict[str, TrainBackend] = {
+    "embedded": TrainBackend(
+        "embedded", "slime.backends.embedded.backend:EmbeddedBackend",
+        "slime.backends.embedded.capabilities:embedded_trainer_errors", False,
+        "one Hugging Face model per data-parallel rank (torch DDP); CPU float32 or GPU"),
+    "megatron": TrainBackend(
+        "megatron", "slime.backends.megatron.backend:MegatronBackend",
+        "slime.backends.megatron.capabilities:megatron_trainer_errors", True,
+        "megatron-core GPTModel with TP/PP/EP/DP process groups from the Ray placement; GPUs only"),
+}
+
+
+def backend_names() -> list[str]:
+    return list(TRAIN_BACKENDS)
+
+
+def get_backend(name: str) -> TrainBackend:
+    try:
+        return TRAIN_BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"--train-backend {name!r}: unknown; known: {', '.join(TRAIN_BACKENDS)}") from None
+
+
+def _resolve(path: str) -> Any:
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def capability_errors(cfg) -> list[str]:
+    """What the chosen trainer backend cannot honour in this configuration (torch-free)."""
+    check: Callable[[Any], list[str]] = _resolve(get_backend(cfg.cluster.train_backend).capabilities)
+    return check(cfg)
+
+
+def backend_class(name: str) -> type:
+    """The backend class (imports torch and, for megatron, megatron-core)."""
+    return _resolve(get_backend(name).cls)

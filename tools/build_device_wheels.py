@@ -1,0 +1,134 @@
+"""Build the wheel set a GPU machine without a package registry needs to run train.py on Ray.
+
+The H200 image already has torch, transformers, safetensors, httpx, requests, pyyaml, jinja2 and
+the other common packages (/work/.library/device/KINDS.md style lists say which). What it lacks is
+Ray and the HTTP stack of the engines and router, plus megatron-core:
+
+    ray (trimmed), jsonschema + jsonschema-specifications + referencing + rpds-py (Ray's),
+    fastapi + starlette + uvicorn + pydantic + pydantic-core + annotated-types + typing-inspection,
+    and what Ray's dashboard imports (its job server runs `ray job submit`): aiohttp + yarl +
+    multidict + propcache + aiohttp-cors, colorful, opencensus, opentelemetry (api, sdk, proto,
+    semantic conventions, prometheus exporter), googleapis-common-protos (google.rpc, which
+    opencensus imports) with the protobuf runtime their generated code asks for, wcwidth, jsonpointer,
+    rfc3339-validator
+
+Ray's wheel is ~79 MB, 32 MB of it ``ray/jars/ray_dist.jar`` (the Java worker), which Python never
+loads. The trimmed wheel drops it and rewrites RECORD without its line, so pip installs it without
+a hash error. megatron-core is copied from --megatron-wheel when given (it is built elsewhere).
+
+    python3 tools/build_device_wheels.py --out .whl [--megatron-wheel path/to/megatron_core-*.whl]
+
+Then on the GPU machine (see docs/en/megatron.md "GPU machine without a registry"):
+
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import csv
+import hashlib
+import io
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+# Pinned to what the runtime is tested with (CPU CI). Python 3.12, manylinux x86_64.
+WHEELS = ["ray==2.60.0", "jsonschema==4.26.0", "jsonschema-specifications==2025.9.1", "referencing==0.37.0",
+          "rpds-py==0.30.0", "fastapi==0.165.0", "starlette==1.10.0", "uvicorn==0.55.0", "pydantic==2.13.4",
+          "pydantic-core==2.46.4", "annotated-types==0.7.0", "typing-inspection==0.4.2",
+          # The Ray dashboard (`ray job submit` needs its job server): ray/dashboard/optional_deps.py
+          # imports these; aiohttp and its helpers at the versions Ray 2.60 asks for.
+          "aiohttp==3.14.5", "yarl==1.25.1", "multidict==7.2.1", "propcache==0.5.4", "aiohttp-cors==0.8.1",
+          "colorful==0.5.8", "opencensus==0.11.4", "opencensus-context==0.1.3", "opentelemetry-api==1.45.2",
+          "opentelemetry-sdk==1.45.2", "opentelemetry-semantic-conventions==0.66b2",
+          "opentelemetry-exporter-prometheus==0.66b2", "opentelemetry-proto==1.45.2",
+          # opencensus's trace module (the dashboard agent's exporter) imports google.rpc
+          "googleapis-common-protos==1.76.0", "protobuf==7.36.2", "wcwidth==0.7.0", "jsonpointer==3.1.1", "rfc3339-validator==0.1.4"]
+PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux1_x86_64"]
+DROP = ("ray/jars/",)  # Java worker jars: never imported by Python
+
+
+def download(specs: list[str], dest: Path, python: str = "3.12") -> None:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", python,
+           "--implementation", "cp", "-d", str(dest)]
+    for p in PLATFORMS:
+        cmd += ["--platform", p]
+    subprocess.run(cmd + specs, check=True)
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def trim_wheel(src: Path, dst: Path, drop: tuple[str, ...] = DROP) -> list[str]:
+    """Copy wheel `src` to `dst` without the members under `drop`; RECORD loses their lines.
+    Returns the dropped member names."""
+    dropped: list[str] = []
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        record_name = next(n for n in zin.namelist() if n.endswith(".dist-info/RECORD"))
+        for info in zin.infolist():
+            if info.filename.startswith(drop):
+                dropped.append(info.filename)
+                continue
+            if info.filename == record_name:
+                continue
+            zout.writestr(info, zin.read(info.filename))
+        rows = list(csv.reader(io.StringIO(zin.read(record_name).decode())))
+        kept = [r for r in rows if r and not r[0].startswith(drop)]
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerows(kept)
+        zout.writestr(record_name, buf.getvalue())
+    return dropped
+
+
+def verify_record(wheel: Path, drop: tuple[str, ...] = DROP) -> None:
+    """What pip checks on install: each member listed in RECORD with a hash matches it, and
+    nothing dropped is still listed. (Ray's own RECORD lists some paths its wheel does not hold;
+    pip ignores those, and so does this check.)"""
+    with zipfile.ZipFile(wheel) as z:
+        record_name = next(n for n in z.namelist() if n.endswith(".dist-info/RECORD"))
+        names = set(z.namelist())
+        for row in csv.reader(io.StringIO(z.read(record_name).decode())):
+            if not row:
+                continue
+            if row[0].startswith(drop):
+                raise ValueError(f"{wheel.name}: RECORD still lists the dropped {row[0]}")
+            if row[0] in names and len(row) > 1 and row[1] and _record_hash(z.read(row[0])) != row[1]:
+                raise ValueError(f"{wheel.name}: {row[0]} does not match its RECORD hash")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".whl", help="folder for the wheel set (git-ignored)")
+    ap.add_argument("--megatron-wheel", help="a megatron_core-*.whl to copy into the set")
+    ap.add_argument("--python", default="3.12", help="the GPU machine's Python version")
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    raw = out / "_download"
+    raw.mkdir(exist_ok=True)
+    download(WHEELS, raw, a.python)
+    for w in sorted(raw.glob("*.whl")):
+        target = out / w.name
+        if w.name.startswith("ray-"):
+            dropped = trim_wheel(w, target)
+            verify_record(target)
+            print(f"{w.name}: dropped {len(dropped)} member(s) ({', '.join(dropped)}); "
+                  f"{w.stat().st_size / 2**20:.1f} MiB -> {target.stat().st_size / 2**20:.1f} MiB")
+        else:
+            shutil.copy(w, target)
+    shutil.rmtree(raw)
+    if a.megatron_wheel:
+        shutil.copy(a.megatron_wheel, out / Path(a.megatron_wheel).name)
+    total = sum(p.stat().st_size for p in out.glob("*.whl"))
+    print(f"{out}: {len(list(out.glob('*.whl')))} wheels, {total / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()
