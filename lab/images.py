@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 IMAGES_FILE = Path(__file__).resolve().parent.parent / "docker" / "images.yaml"
 
@@ -29,18 +29,22 @@ class Image(BaseModel):
     fp8: bool = Field(description="FP8 rollout / FP8 KV cache / FP8 training hardware and kernels.")
     int4: bool = Field(description="Weight-only INT4 rollout kernels.")
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def sglang(self) -> str | None:
         return self.build.get("SGLANG")
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def megatron_core(self) -> str | None:
         return self.build.get("MEGATRON_CORE")
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def torch(self) -> str | None:
         return self.build.get("TORCH")
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def ray(self) -> str | None:
         return self.build.get("RAY")

@@ -127,7 +127,7 @@ def test_source_scope_and_image_panels_show_the_real_hashes_and_say_what_is_not_
     assert page.locator("#provenance [data-not]").count() == 2
     assert page.locator("#provenance tr.selected").count() == 1
     info = page.locator("#image-info").text_content()
-    assert "12.9" in info and "0.5.15" in info and "certifies neither" in info
+    assert "13.0" in info and "0.5.15" in info and "certifies neither" in info
     assert "80 GiB" in page.locator("#hw-context").text_content()
     act(page, lambda: field(page, "install.image").select_option("slimerl/slime:0.1.0-cu130-blackwell"))
     assert "178 GiB" in page.locator("#hw-context").text_content()
