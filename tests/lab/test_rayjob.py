@@ -46,18 +46,27 @@ def test_every_recipe_exports_a_rayjob_that_validates(recipe):
         _validate(doc)
 
 
-def test_glm47_rayjob_matches_the_placement_on_8_nodes():
+def test_glm47_rayjob_matches_the_placement_plan_check_prints_on_8_nodes():
+    from lab.runtime_verdict import placement
+
     exp = new_experiment("glm4.7")
     d = derive(exp)
     assert exp.placement.nodes == 8
+    plan = placement(exp)  # the plan `experiment.sh check` prints (train.py --dry-run)
+    nodes_in_plan = {n for s in plan for n in ([s["node"]] if s["node"] is not None else []) + s["nodes"]}
+    gpus_per_node: dict[int, set[int]] = {}
+    for s in plan:
+        if s["role"] == "trainer" and s["node"] is not None:
+            gpus_per_node.setdefault(s["node"], set()).update(s["gpus"])
     job = _job(exp)
     _validate(job)
     workers = job["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert len(workers) == 1
     group = workers[0]
-    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == d.ray_nodes == 8
+    assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == d.ray_nodes == len(nodes_in_plan) == 8
     gpus = group["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
     assert gpus == int(group["rayStartParams"]["num-gpus"]) == d.ray_gpus_per_node == 8
+    assert all(len(g) == gpus for g in gpus_per_node.values()) and len(gpus_per_node) == 8
     assert job["spec"]["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
     assert group["template"]["spec"]["containers"][0]["image"] == exp.install.image
 
