@@ -203,7 +203,7 @@ class SlotDecoder:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             out = self._decode(n, length)
         self.pos[:n] = saved
         return graph, out
