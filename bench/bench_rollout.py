@@ -110,6 +110,36 @@ def logprob_check(model, prompts, rows, chunk: int = 16) -> dict:
             "mean_logprob": mean_lp}
 
 
+def step_breakdown(batcher, b: int, vocab: int) -> dict:
+    """Device time of one decode step's parts at batch b (median of 20, CUDA events)."""
+    import numpy as np
+    import torch
+
+    from slime.backends.embedded.sampler import TruncationPlan, choose_tokens
+
+    def med(fn) -> float:
+        times = []
+        for _ in range(20):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+        return float(np.median(times))
+
+    dec = batcher.decoder
+    logits = torch.randn(b, vocab, device="cuda", dtype=torch.bfloat16)
+    ones, none = torch.ones(b, device="cuda"), torch.full((b,), -1, device="cuda", dtype=torch.long)
+    u = torch.rand(b, device="cuda", dtype=torch.float64)
+    k50 = torch.full((b,), 50, device="cuda", dtype=torch.long)
+    p95 = torch.full((b,), 0.95, device="cuda")
+    plan = TruncationPlan.of(np.full(b, 50), np.full(b, 0.95), vocab)
+    return {"decode_graph_len256": med(lambda: dec.decode(b, 255)),
+            "sample_plain": med(lambda: choose_tokens(logits, ones, none, ones, u, TruncationPlan([], 0))),
+            "sample_topk50_topp095": med(lambda: choose_tokens(logits, ones, k50, p95, u, plan))}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="0.5b,1.5b")
@@ -158,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                         t3, _ = timed(lambda: engine_run(eager, prompts, a.new_tokens), device)
                         row["engine_eager_tok_s"] = b * a.new_tokens / t3
                         del eager
+                if si == 0 and b == max(batches) and device.type == "cuda":
+                    res["checks"]["step_breakdown_ms"] = step_breakdown(batcher, b, model.config.vocab_size)
                 if si == 0 and b == min(batches):
                     seeds = list(range(1000, 1000 + b))
                     r1 = engine_run(batcher, prompts, a.new_tokens, seeds)
@@ -167,8 +199,18 @@ def main(argv: list[str] | None = None) -> int:
                         "logprobs_equal": [r.logprobs for r in r1] == [r.logprobs for r in r2]}
                     res["checks"]["logprobs_vs_full_forward"] = logprob_check(model, prompts, r1)
                 del batcher
-            except Exception:  # noqa: BLE001 - report and go on to the next measurement
+            except Exception:  # noqa: BLE001 - report, then measure without graphs
                 row["engine_error"] = traceback.format_exc()[-2000:]
+                print(row["engine_error"], flush=True)
+                try:
+                    eager = ContinuousBatcher(model, (), torch.Generator().manual_seed(0), threading.Lock(),
+                                              use_graphs=False)
+                    engine_run(eager, prompts, 8)
+                    t, _ = timed(lambda: engine_run(eager, prompts, a.new_tokens), device)
+                    row["engine_tok_s"], row["engine_mode"] = b * a.new_tokens / t, "eager (graphs failed)"
+                    del eager
+                except Exception:  # noqa: BLE001
+                    row["engine_eager_error"] = traceback.format_exc()[-2000:]
             if not a.no_hf:
                 try:
                     ids = torch.tensor(prompts, device=device)
