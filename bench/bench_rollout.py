@@ -18,6 +18,13 @@ min_new_tokens=max_new_tokens)` on the same model object, timed the same way.
 Checks on the first shape at the smallest batch: the same fixed seeds twice give the same tokens
 and log-probs; the engine's log-probs against one full forward pass of the same model (what the
 trainer recomputes) over prompt + response: mean and max |delta|.
+
+    python bench/bench_rollout.py --tiny-recipe
+
+The CPU path as the tiny recipe uses it: its model (tools/tiny/prepare.py), float32, one torch
+thread; 16 prompts x 8 samples, 4 new tokens each (the recipe's rollout shape), sent as 128
+single-row requests from 32 threads (as the rollout client sends them) and as one 128-row request.
+Uses only EngineCore's public API, so the same command times an older checkout.
 """
 
 from __future__ import annotations
@@ -140,6 +147,48 @@ def step_breakdown(batcher, b: int, vocab: int) -> dict:
             "sample_topk50_topp095": med(lambda: choose_tokens(logits, ones, k50, p95, u, plan))}
 
 
+def tiny_recipe(repeats: int = 3) -> int:
+    import os
+    import random
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+
+    sys.path.insert(0, str(REPO / "tools" / "tiny"))
+    import prepare
+
+    from slime.backends.embedded.engine_core import EngineCore, GenerateRequest, new_rid
+    from slime.backends.embedded.sampler import RowParams
+
+    torch.set_num_threads(1)
+    root = tempfile.mkdtemp(prefix="tiny-recipe-")
+    with open(os.devnull, "w") as quiet:
+        stdout, sys.stdout = sys.stdout, quiet
+        try:
+            prepare.main(["--model-dir", root + "/model", "--data-dir", root + "/data"])
+        finally:
+            sys.stdout = stdout
+    core = EngineCore(root + "/model", seed=0)
+    rng = random.Random(0)
+    prompts = [[rng.randrange(3, 14) for _ in range(rng.randrange(20, 30))] for _ in range(16)]
+    rows = [p for p in prompts for _ in range(8)]
+
+    def one(p):
+        return core.generate(GenerateRequest([p], [RowParams(max_new_tokens=4)], [new_rid()]))
+
+    for _ in range(repeats):
+        t = time.perf_counter()
+        with ThreadPoolExecutor(32) as ex:
+            list(ex.map(one, rows))
+        singles = time.perf_counter() - t
+        t = time.perf_counter()
+        core.generate(GenerateRequest(rows, [RowParams(max_new_tokens=4)] * len(rows), [new_rid() for _ in rows]))
+        batched = time.perf_counter() - t
+        print(f"128 single-row requests: {1000 * singles:.0f} ms; one 128-row request: {1000 * batched:.0f} ms")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="0.5b,1.5b")
@@ -148,7 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "rollout.json"))
+    ap.add_argument("--tiny-recipe", action="store_true", help="time the tiny CPU recipe's rollout shape instead")
     a = ap.parse_args(argv)
+    if a.tiny_recipe:
+        return tiny_recipe()
 
     import torch
     import transformers
