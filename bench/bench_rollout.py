@@ -279,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             res["runs"].append(row)
             table.append(row)
             print(json.dumps(row), flush=True)
+            Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.out).write_text(json.dumps(res, indent=1))  # what is done survives a time limit
             if device.type == "cuda":
                 torch.cuda.empty_cache()
         del model
