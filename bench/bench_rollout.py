@@ -239,7 +239,6 @@ def main(argv: list[str] | None = None) -> int:
                         engine_run(eager, prompts, 8)
                         t3, _ = timed(lambda: engine_run(eager, prompts, a.new_tokens), device)
                         row["engine_eager_tok_s"] = b * a.new_tokens / t3
-                        del eager
                 if si == 0 and b == max(batches) and device.type == "cuda":
                     res["checks"]["step_breakdown_ms"] = step_breakdown(batcher, b, model.config.vocab_size)
                 if si == 0 and b == min(batches):
@@ -250,7 +249,6 @@ def main(argv: list[str] | None = None) -> int:
                         "tokens_equal": [r.output_ids for r in r1] == [r.output_ids for r in r2],
                         "logprobs_equal": [r.logprobs for r in r1] == [r.logprobs for r in r2]}
                     res["checks"]["logprobs_vs_full_forward"] = logprob_check(model, prompts, r1)
-                del batcher
             except Exception:  # noqa: BLE001 - report, then measure without graphs
                 row["engine_error"] = traceback.format_exc()[-2000:]
                 print(row["engine_error"], flush=True)
@@ -260,7 +258,6 @@ def main(argv: list[str] | None = None) -> int:
                     engine_run(eager, prompts, 8)
                     t, _ = timed(lambda: engine_run(eager, prompts, a.new_tokens), device)
                     row["engine_tok_s"], row["engine_mode"] = b * a.new_tokens / t, "eager (graphs failed)"
-                    del eager
                 except Exception:  # noqa: BLE001
                     row["engine_eager_error"] = traceback.format_exc()[-2000:]
             if not a.no_hf:

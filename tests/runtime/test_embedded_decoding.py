@@ -11,9 +11,18 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from slime.backends.embedded.batcher import ContinuousBatcher  # noqa: E402
-from slime.backends.embedded.decoder import RecomputeDecoder, SlotDecoder, fast_path_supported  # noqa: E402
-from slime.backends.embedded.sampler import RowParams, TruncationPlan, choose_tokens, row_uniforms  # noqa: E402
+from slime.backends.embedded.batcher import ContinuousBatcher
+from slime.backends.embedded.decoder import (
+    RecomputeDecoder,
+    SlotDecoder,
+    fast_path_supported,
+)
+from slime.backends.embedded.sampler import (
+    RowParams,
+    TruncationPlan,
+    choose_tokens,
+    row_uniforms,
+)
 
 pytestmark = pytest.mark.timeout(120)
 

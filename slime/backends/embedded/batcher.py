@@ -12,15 +12,25 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
 
-from slime.backends.embedded.decoder import RecomputeDecoder, SlotDecoder, fast_path_supported
-from slime.backends.embedded.sampler import (RowParams, RowResult, TruncationPlan, choose_tokens, row_uniforms,
-                                             to_device)
+from slime.backends.embedded.decoder import (
+    RecomputeDecoder,
+    SlotDecoder,
+    fast_path_supported,
+)
+from slime.backends.embedded.sampler import (
+    RowParams,
+    RowResult,
+    TruncationPlan,
+    choose_tokens,
+    row_uniforms,
+    to_device,
+)
 
 
 @dataclass
@@ -30,7 +40,7 @@ class _Row:
     seed: int
     stops: frozenset[int]
     should_abort: Callable[[], bool]
-    batch: "_Batch"
+    batch: _Batch
     result: RowResult = field(default_factory=RowResult)
     slot: int = -1
     pos: int = 0  # the position the next decode step writes (= tokens in the cache)

@@ -61,7 +61,7 @@ class _RequestGate:
             self._readers -= 1
             self._cv.notify_all()
 
-    def __enter__(self) -> "_RequestGate":  # the exclusive side
+    def __enter__(self) -> _RequestGate:  # the exclusive side
         with self._cv:
             self._writers_waiting += 1
             self._cv.wait_for(lambda: not self._writing and self._readers == 0)

@@ -63,7 +63,7 @@ class TruncationPlan:
     k: int
 
     @staticmethod
-    def of(top_k: np.ndarray, top_p: np.ndarray, vocab: int) -> "TruncationPlan":
+    def of(top_k: np.ndarray, top_p: np.ndarray, vocab: int) -> TruncationPlan:
         k_on = (top_k > 0) & (top_k < vocab)
         need = np.flatnonzero(k_on | (top_p < 1.0))
         if need.size == 0:
