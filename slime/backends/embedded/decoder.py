@@ -107,6 +107,7 @@ class SlotDecoder:
             cos, sin = self.model.model.rotary_emb(probe, ids)
         self.cos, self.sin = cos[0], sin[0]
         self.graphs.clear()  # they point at the old buffers
+        self.pool = None  # a pool dies with the last graph that used it: never reuse its handle
 
     def _qkv(self, layer: torch.nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         attn = layer.self_attn
