@@ -70,6 +70,7 @@ def test_over_sampling_keeps_exactly_rbs_groups_and_drops_the_rest_without_parti
 def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
     core = stack["core"]
     core.step_delay_s = 0.02
+    core.batcher.max_running = 2  # a small engine: rows queue, so some are still running at the abort
     core.weight_version = "0"
     m = _manager(tiny, stack, over_sampling_batch_size=6, partial_rollout=True,
                  mask_offpolicy_in_partial_rollout=True,
@@ -110,6 +111,7 @@ def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
         assert [r.response_mask for r in recs] == [s.loss_mask for s in samples1]
     finally:
         core.step_delay_s = 0.0
+        core.batcher.max_running = None
 
 
 def test_loss_mask_reaches_the_padded_loss_tensor():

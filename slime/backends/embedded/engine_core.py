@@ -5,15 +5,15 @@ memory release. slime/rollout/engines/embedded.py puts the SGLang protocol in fr
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from slime.backends.embedded.batcher import ContinuousBatcher
 from slime.backends.embedded.model import eos_token_ids, load_model, load_tokenizer, pick_device
-from slime.backends.embedded.sampler import RowParams, sample
+from slime.backends.embedded.sampler import RowParams
 from slime.backends.embedded.weights import decode_bucket, load_into, read_weights_dir
 
 
@@ -40,12 +40,51 @@ class GenerateRequest:
     return_logprob: bool = True
 
 
+class _RequestGate:
+    """Requests share the engine; a weight update or memory release waits until the requests in
+    flight have finished, and requests that arrive meanwhile wait for it (one weight version per
+    request, as SGLang's model-update lock gives)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._readers = 0
+        self._writers_waiting = 0
+        self._writing = False
+
+    def enter(self) -> None:
+        with self._cv:
+            self._cv.wait_for(lambda: not self._writing and not self._writers_waiting)
+            self._readers += 1
+
+    def leave(self) -> None:
+        with self._cv:
+            self._readers -= 1
+            self._cv.notify_all()
+
+    def __enter__(self) -> _RequestGate:  # the exclusive side
+        with self._cv:
+            self._writers_waiting += 1
+            self._cv.wait_for(lambda: not self._writing and self._readers == 0)
+            self._writers_waiting -= 1
+            self._writing = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cv:
+            self._writing = False
+            self._cv.notify_all()
+
+
 class EngineCore:
-    def __init__(self, hf_checkpoint: str, seed: int = 0, weight_version: str = "0", dtype: str | None = None):
+    def __init__(self, hf_checkpoint: str, seed: int = 0, weight_version: str = "0",
+                 device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
+                 max_running: int | None = None):
+        """device: default the GPU when there is one; dtype (a torch dtype or --sglang-dtype's name):
+        default float32 on CPU (the train/rollout KL check compares like with like), bfloat16 on a GPU."""
         self.hf_checkpoint = hf_checkpoint
         self.tokenizer = load_tokenizer(hf_checkpoint)
-        self.device = pick_device()
-        self.dtype = engine_dtype(self.device, dtype)
+        self.device = torch.device(device) if device is not None else pick_device()
+        self.dtype = dtype if isinstance(dtype, torch.dtype) else engine_dtype(self.device, dtype)
         self.model = load_model(hf_checkpoint, device=self.device, dtype=self.dtype).eval()
         self.eos_ids = eos_token_ids(self.tokenizer, hf_checkpoint)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.eos_ids[0]
@@ -55,15 +94,27 @@ class EngineCore:
         self.released = False
         self.lock = threading.Lock()  # one forward pass at a time; updates wait for it
         # A bucketed update in progress holds generation back until its last bucket commits, so
-        # no request is ever sampled on a mix of two versions (whatever the transport).
+        # no request is ever sampled on a mix of two versions (whatever the transport); the gate
+        # makes each update wait for the requests in flight.
         self._committed = threading.Condition(self.lock)
         self.partial_update_timeout_s = 600.0
+        self._gate = _RequestGate()
+        self.batcher = ContinuousBatcher(self.model, self.eos_ids, self.generator, self.lock,
+                                         max_running=max_running)
         self.busy = 0
         # abort_all aborts every request present when it is called, running or waiting for the
         # lock (SGLang: running and queued); requests that arrive later are not affected.
         self._abort_epoch = 0
         self._abort_rids: set[str] = set()
-        self.step_delay_s = 0.0  # tests and benchmarks: slow decoding down to act mid-request
+
+    @property
+    def step_delay_s(self) -> float:
+        """Tests and benchmarks: a pause after every decode step, to act mid-request."""
+        return self.batcher.step_delay_s
+
+    @step_delay_s.setter
+    def step_delay_s(self, seconds: float) -> None:
+        self.batcher.step_delay_s = float(seconds)
 
     # -- generation --------------------------------------------------------------------------
     def generate(self, req: GenerateRequest) -> list[dict[str, Any]]:
@@ -72,17 +123,18 @@ class EngineCore:
         self.busy += 1
         epoch = self._abort_epoch
         try:
-            with self.lock:
-                self._wait_for_commit()
+            self._enter_committed()
+            try:
+                if self.released:
+                    raise EngineError("engine memory is released; POST /resume_memory_occupation first", 503)
 
                 def abort(i: int) -> bool:
-                    if i == 0 and self.step_delay_s:
-                        time.sleep(self.step_delay_s)
                     return self._abort_epoch != epoch or req.rids[i] in self._abort_rids
 
-                rows = sample(self.model, req.input_ids, req.params, self.pad_id, self.eos_ids,
-                              self.generator, abort)
+                rows = self.batcher.run(req.input_ids, req.params, abort)
                 version = self.weight_version
+            finally:
+                self._gate.leave()
         finally:
             self.busy -= 1
             self._abort_rids.difference_update(req.rids)
@@ -117,6 +169,17 @@ class EngineCore:
             raise EngineError("cannot flush the cache while requests are running", 400)
 
     # -- weights -----------------------------------------------------------------------------
+    def _enter_committed(self) -> None:
+        """Enter the gate as a request once no update is half applied. The wait happens outside
+        the gate: a request holding it would keep the update's next bucket out (a deadlock)."""
+        while True:
+            with self.lock:
+                self._wait_for_commit()
+            self._gate.enter()
+            if self._partial_version is None:  # no writer can run while we are inside
+                return
+            self._gate.leave()
+
     def _wait_for_commit(self) -> None:
         """Called holding self.lock: wait (releasing it, so buckets can land) while an update is
         half applied."""
@@ -140,7 +203,7 @@ class EngineCore:
 
     def update_from_named(self, named: dict[str, torch.Tensor], version: Any, last_bucket: bool) -> None:
         v = self._check_version(version)
-        with self.lock:
+        with self._gate, self.lock:
             load_into(self.model, named, strict=False)
             self._partial_version = None if last_bucket else v
             if last_bucket:
@@ -150,7 +213,7 @@ class EngineCore:
     def update_from_disk(self, model_path: str, version: Any) -> None:
         v = self._check_version(version)
         named = read_weights_dir(model_path)
-        with self.lock:
+        with self._gate, self.lock:
             load_into(self.model, named, strict=True)
             self.weight_version = v
             self._partial_version = None
@@ -166,7 +229,8 @@ class EngineCore:
         if self.busy:
             raise EngineError("cannot release memory while requests are running", 400)
         if tags is None or "weights" in tags:
-            with self.lock:
+            with self._gate, self.lock:
+                self.batcher.reset()  # the KV cache and captured graphs go with the weights
                 # Buffers (rotary inv_freq, ...) are derived state, not weights: keep a copy.
                 self._buffers = {n: b.detach().cpu().clone() for n, b in self.model.named_buffers()}
                 self.model.to("meta")
@@ -176,7 +240,7 @@ class EngineCore:
 
     def resume(self, tags: list[str] | None) -> None:
         if self.released and (tags is None or "weights" in tags):
-            with self.lock:
+            with self._gate, self.lock:
                 self.model.to_empty(device=self.device)
                 for name, saved in self._buffers.items():
                     mod_name, _, attr = name.rpartition(".")
