@@ -20,6 +20,20 @@ MAX_DEPTH = 32  # an experiment nests 4 levels, a workspace with its history abo
 MAX_INT_DIGITS = 20  # the largest field bound has 7 digits; 20 covers any 64-bit integer
 
 
+# The json module's reasons, as message keys (lab/locales), so a Chinese page reads them in Chinese.
+JSON_WHY: dict[str, str] = {
+    "Expecting value": "json.why.value",
+    "Expecting property name enclosed in double quotes": "json.why.property_name",
+    "Expecting ':' delimiter": "json.why.colon",
+    "Expecting ',' delimiter": "json.why.comma",
+    "Extra data": "json.why.extra_data",
+    "Unterminated string starting at": "json.why.unterminated_string",
+    "Invalid control character at": "json.why.control_character",
+    "Invalid \\escape": "json.why.escape",
+    "Invalid \\uXXXX escape": "json.why.unicode_escape",
+}
+
+
 class JSONInputError(ValueError):
     """Input that is not acceptable JSON. `loc`: the path inside the document (empty: the whole)."""
 
@@ -140,7 +154,9 @@ def loads(raw: str | bytes, max_bytes: int | None = None, max_depth: int = MAX_D
     try:
         data = json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
     except json.JSONDecodeError as exc:
-        raise JSONInputError("input.not_json", {"line": exc.lineno, "col": exc.colno, "why": exc.msg}) from None
+        why = JSON_WHY.get(exc.msg)
+        raise JSONInputError("input.not_json", {"line": exc.lineno, "col": exc.colno,
+                                                "why": {"key": why} if why else exc.msg}) from None
     except RecursionError:
         raise JSONInputError("input.too_deep", {"limit": max_depth}) from None
     # The walk that names the place runs only when a cheap test over the text finds something: the

@@ -28,10 +28,20 @@ export function fmt(v) {
   return v == null ? "–" : String(v);
 }
 
+// The runtime's own reason (a RUNTIME finding's params.reason) is quoted verbatim as code: it is
+// the judge's wording, naming its flags, in every language.
+function messageHTML(f) {
+  const reason = f.params && typeof f.params.reason === "string" ? f.params.reason : "";
+  const at = reason ? f.message.indexOf(reason) : -1;
+  if (at < 0) return esc(f.message);
+  return esc(f.message.slice(0, at)) + `<code class="runtime-reason" lang="en">${esc(reason)}</code>` +
+    esc(f.message.slice(at + reason.length));
+}
+
 export function findingHTML(f, withFields) {
   const fields = withFields
     ? " " + f.fields.map((p) => `<button type="button" class="linkish" data-focus="${esc(p)}">${esc(fieldLabel(p))}</button>`).join(" ")
     : "";
-  return `<div class="finding level-${esc(f.level)}"><b>${esc(tr("level_" + f.level))} ${esc(f.id)}</b>${fields} ${esc(f.message)}` +
+  return `<div class="finding level-${esc(f.level)}"><b>${esc(tr("level_" + f.level))} ${esc(f.id)}</b>${fields} ${messageHTML(f)}` +
     (f.fix ? ` <span class="fix"><b>${esc(tr("fix"))}</b> ${esc(f.fix)}</span>` : "") + `</div>`;
 }

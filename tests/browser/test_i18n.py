@@ -22,7 +22,7 @@ ALLOWED = {
     "GLM", "SGLang", "TP", "PP", "CP", "EP", "DP", "ZeRO", "FP8", "FP32", "BF16", "INT4", "E4M3", "Ray",
     "experiment.sh", "experiment.json", "serving-reference.sh", "rayjob.yaml", "JSON", "JSONL", "GPU", "CPU", "Adam",
     "GRPO", "GSPO", "CISPO", "PPO", "REINFORCE", "TIS", "IcePop", "R3", "SC", "PD", "HiCache", "EAGLE", "MTP",
-    "RDMA", "HF", "KV", "ID", "RL", "straw", "torch_dist", "deepscaler", "dapo", "math", "f1", "Megatron",
+    "RDMA", "HF", "KV", "ID", "RL", "straw", "torch_dist", "deepscaler", "dapo", "gpqa", "bash", "RUNTIME", "remote_rm", "boxed_math", "dr_grpo", "math", "f1", "Megatron",
     "Mooncake", "Serving", "Prompt", "prompt", "label", "rollout", "Rollout", "Partial", "chat", "template",
     "Advantage", "top-k", "dtype", "checkpoint", "Checkpoint", "beta", "Prefill", "Decode", "prefill",
     "decode", "hook", "Agent", "slime", "Quick", "Start", "English", "A", "B", "GiB", "GB", "N_actor",
@@ -159,9 +159,9 @@ def test_chinese_page_has_no_english_after_every_step_and_a_server_error(new_pag
         page.locator(f'[data-goto="{step}"]').first.click()
         seen += _visible_text(page)
     page.set_input_files("#load-json", files=[{"name": "broken.json", "mimeType": "application/json", "buffer": b"{not json"}])
-    page.wait_for_function("document.querySelector('#error').textContent.includes('broken.json')")
+    wait_until(page, "document.querySelector('#error').textContent.includes('broken.json')")
     error = page.locator("#error").inner_text()
-    assert "JSON" in error and "不是有效的" in error, error
+    assert "JSON" in error and "不是合法的" in error, error
     seen += _visible_text(page)
     allowed = ALLOWED | TUTORIAL_TERMS
     leftovers = {t: [w for w in _leftovers(t) if w not in allowed and w.rstrip(".,;:)") not in allowed

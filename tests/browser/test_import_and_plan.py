@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import act, assert_clean
+from conftest import act, assert_clean, wait_until
 
 pytestmark = pytest.mark.browser
 SCRIPTS = Path(__file__).resolve().parents[1] / "fixtures" / "launch_scripts"
@@ -28,7 +28,7 @@ def test_a_script_it_cannot_read_names_the_line_and_changes_nothing(new_page):
     before = page.evaluate("localStorage.getItem('slime-lab.workspace')")
     page.set_input_files("#load-json", files=[
         {"name": "run-bad.sh", "mimeType": "text/x-shellscript", "buffer": b"#!/bin/bash\nARGS=(\n  --num-rollout 3\n"}])
-    page.wait_for_function("document.querySelector('#error').textContent.includes('run-bad.sh')")
+    wait_until(page, "document.querySelector('#error').textContent.includes('run-bad.sh')")
     assert "line 2" in page.locator("#error").inner_text()
     assert page.evaluate("localStorage.getItem('slime-lab.workspace')") == before
     page.lab.errors.clear()  # the 422 is logged by Chromium as a failed resource load

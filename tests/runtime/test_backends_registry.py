@@ -68,13 +68,13 @@ def test_embedded_checks_live_with_the_embedded_backend():
 
 def test_both_trainers_take_the_one_loss_translation():
     from slime.backends.embedded.trainer import loss_fn_config
-    from slime.training.loss import loss_config_from_runtime
+    from slime.training.loss import from_runtime
 
     cfg = _cfg("--use-kl-loss", "--kl-loss-coef", "0.1", "--use-icepop", "--icepop-low", "0.4")
-    got = loss_config_from_runtime(cfg.loss)
+    got = from_runtime(cfg.loss)
     assert got == loss_fn_config(cfg.loss)
     assert got.kl_loss_coef == 0.1 and got.tis_mode == "icepop" and got.tis_clip_low == 0.4
-    assert loss_config_from_runtime(_cfg("--kl-loss-coef", "0.1").loss).kl_loss_coef == 0.0  # no --use-kl-loss
+    assert from_runtime(_cfg("--kl-loss-coef", "0.1").loss).kl_loss_coef == 0.0  # no --use-kl-loss
 
 
 def test_the_embedded_backend_builds_trains_exports_and_saves_through_the_registry(tiny, tmp_path):
