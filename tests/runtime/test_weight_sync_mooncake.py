@@ -90,6 +90,8 @@ def test_mooncake_sync_survives_an_engine_killed_mid_sync_and_names_a_failing_en
         mc.registered[new.url].session_id = "127.0.0.1:1"
         mc.backoff_s = 0.01
         failed = mc.failed_transfers
+        samples, _ = rt.generate(3)  # a newly trained version to push (syncing the served version is a no-op)
+        rt.train(rt.build_records(samples))
         with pytest.raises(MooncakeError, match=new.url.replace(".", r"\.")):
             rt.sync_weights()
         assert mc.failed_transfers - failed == mc.retries + 1
