@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     seqs_per_pack = max(1, a.pack_tokens // a.seq_len)
     n_records = seqs_per_pack * a.micro_batches
     t_build = time.time()
-    trainer = MegatronTrainer(flags, ModelConfig(), OptimConfig(lr=1e-6, weight_decay=0.1), 
+    trainer = MegatronTrainer(flags, ModelConfig(), OptimConfig(lr=1e-6, weight_decay=0.1),
                               LossConfig(use_rollout_logprobs=True),
                               BatchConfig(use_dynamic_batch_size=True, max_tokens_per_gpu=a.pack_tokens),
                               attention=a.attention)

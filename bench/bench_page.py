@@ -19,8 +19,8 @@ import os
 import platform
 import socket
 import statistics
-import sys
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -63,7 +63,7 @@ def serve() -> tuple[subprocess.Popen, str]:
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
                 proc.terminate()
-                raise RuntimeError("uvicorn did not start")
+                raise RuntimeError("uvicorn did not start") from None
             time.sleep(0.1)
 
 

@@ -31,8 +31,8 @@ def spec_text(shape: str) -> str:
 def lab_training_gib(shape: str, tokens: int, recompute: str = "none", recipe: str = "glm4-9b") -> dict:
     """lab.memory.estimate_memory for this shape on one GPU (the recipe only lends the form)."""
     import lab.memory as lm
-    from lab.rules import new_experiment
     from lab.model_spec import spec_from_text
+    from lab.rules import new_experiment
 
     spec = spec_from_text(spec_text(shape), shape)
     exp = new_experiment(recipe)

@@ -20,7 +20,6 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-
 from lab.experiment import Experiment, experiment_schema
 
 

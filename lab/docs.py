@@ -150,7 +150,7 @@ def resolve_link(page: PurePosixPath, href: str) -> str | None:
 
 def _rewrite(tokens: list[Any], page: PurePosixPath, ids: list[str]) -> None:
     n = 0
-    for i, tok in enumerate(tokens):
+    for tok in tokens:
         if tok.type == "heading_open":
             if n < len(ids):
                 tok.attrSet("id", ids[n])

@@ -17,10 +17,9 @@ from typing import Any, ClassVar, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
+from lab.runtime_choices import advantage_estimators, reward_types
 from lab.text_rule import TextRuleError, check_text
 from slime.limits import MAX_GPUS, MAX_GPUS_PER_ENGINE, MAX_GPUS_PER_NODE, MAX_NODES  # the runtime's own limits
-
-from lab.runtime_choices import advantage_estimators, reward_types
 
 SCHEMA_VERSION = 2  # schema 1 is the earlier flat layout; lab/migrate.py upgrades it.
 

@@ -10,8 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from slime.model_spec import (MODELS_DIR, REPO_ROOT, Mismatch, ModelSpec, ModelSpecError, compare_lines,  # noqa: F401
-                              compare_with_config, load_model_spec, spec_from_text)
+from slime.model_spec import (  # noqa: F401
+    MODELS_DIR,
+    REPO_ROOT,
+    Mismatch,
+    ModelSpec,
+    ModelSpecError,
+    compare_lines,
+    compare_with_config,
+    load_model_spec,
+    spec_from_text,
+)
 
 
 def spec_for_recipe(recipe_name: str) -> ModelSpec:

@@ -24,12 +24,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from lab.checks import CHECKS
 from lab.derive import ETP, Derived, derive  # noqa: F401  (re-exported: rules.derive is the contract)
 from lab.experiment import EXTRA_FLAGS_PATH, LEAF_FIELDS, Experiment, get_path, iter_field_paths, set_path
+from lab.findings import Finding
 from lab.model_spec import ModelSpecError, spec_for_recipe
 from lab.recipes import Recipe, RecipeError, all_recipes, get_recipe
-from lab.findings import Finding
-from lab.checks import CHECKS
 
 _FIELD_INFO = dict(iter_field_paths())
 

@@ -15,12 +15,25 @@ import json
 from functools import lru_cache
 from typing import Any, Sequence
 
-from slime.config import (BatchConfig, ClusterConfig, Config, DataConfig, EvalConfig, FaultConfig, LogConfig,
-                          LossConfig, ModelConfig, OptimConfig, RolloutConfig, RunConfig,
-                          SamplingConfig, SyncConfig)
 from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
-from slime.limits import cluster_size_errors
 from slime.backends.registry import backend_names
+from slime.config import (
+    BatchConfig,
+    ClusterConfig,
+    Config,
+    DataConfig,
+    EvalConfig,
+    FaultConfig,
+    LogConfig,
+    LossConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    RunConfig,
+    SamplingConfig,
+    SyncConfig,
+)
+from slime.limits import cluster_size_errors
 
 # Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
 MEGATRON_FLAGS = {
@@ -398,7 +411,7 @@ def _lr_schedule_flags(megatron: dict) -> dict[str, Any]:
             try:
                 out[key] = cast(megatron[key])
             except (TypeError, ValueError):
-                raise UsageError(f"--{key.replace('_', '-')} {megatron[key]!r}: expected "
+                raise UsageError(f"--{key.replace('_', '-')} {megatron[key]!r}: expected "  # noqa: B904 - the value is named
                                  f"{'a number' if cast is float else 'an integer' if cast is int else 'a name'}")
     return out
 

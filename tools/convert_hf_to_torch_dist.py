@@ -23,11 +23,11 @@ def convert_embedded(hf_checkpoint: str, save: str, extra: list[str]) -> Path:
     if extra:
         raise SystemExit(f"--backend embedded takes no model/parallelism flags (got {extra}): the "
                          f"architecture comes from {hf_checkpoint}/config.json")
+    import torch
+
     from slime.backends.embedded.model import load_model
     from slime.backends.embedded.weights import named_weights
     from slime.checkpoint import save_checkpoint
-
-    import torch
 
     model = load_model(hf_checkpoint, device=torch.device("cpu"))
     config = json.loads((Path(hf_checkpoint) / "config.json").read_text())

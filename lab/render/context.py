@@ -8,7 +8,6 @@ referenced from the flag lines as "${NAME}", so a reviewer edits one place.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from slime.config import Config
@@ -312,9 +312,9 @@ class Runtime:
     def build_records(self, samples) -> list:
         from slime.data.train_data import build_records
 
-        r, l = self.cfg.rollout, self.cfg.loss
-        return build_records(samples, r.n_samples_per_prompt, r.rollout_batch_size, l.advantage_estimator,
-                             l.normalize_rewards, l.std_normalization)
+        r, loss = self.cfg.rollout, self.cfg.loss
+        return build_records(samples, r.n_samples_per_prompt, r.rollout_batch_size, loss.advantage_estimator,
+                             loss.normalize_rewards, loss.std_normalization)
 
     def train(self, records) -> dict[str, float]:
         """Colocated: the engines release their memory, the trainer takes the GPU back (onload),

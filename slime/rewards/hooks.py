@@ -105,7 +105,7 @@ def hook_arity(fn: Callable[..., Any], kind: str) -> int | None:
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))  # noqa: B004 - a callable object's __call__ may be async
 
 
 def _import_file(file_part: str, kind: str, path: str) -> Any:

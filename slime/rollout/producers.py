@@ -174,7 +174,7 @@ class ProducerGroup:
     def close(self) -> None:
         import ray
 
-        for pid, actor in self.actors.items():
+        for actor in self.actors.values():
             try:
                 ray.get(actor.close.remote())
             except ray.exceptions.RayActorError:

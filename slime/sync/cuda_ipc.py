@@ -33,7 +33,7 @@ def pack_bucket(bucket: dict[str, torch.Tensor]) -> PackedBucket:
         off += -(-n // ALIGN) * ALIGN
     device = next(iter(bucket.values())).device
     flat = torch.empty(max(off, 1), dtype=torch.uint8, device=device)
-    for (name, _, _, o, n), t in zip(meta, bucket.values()):
+    for (_name, _, _, o, n), t in zip(meta, bucket.values()):
         flat[o:o + n].copy_(t.detach().contiguous().view(-1).view(torch.uint8))
     torch.cuda.current_stream(device).synchronize()  # the receiver reads on its own stream
     return PackedBucket(flat, {"ipc": reduce_tensor(flat), "meta": meta})

@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import act, assert_clean, wait_until
 
 pytestmark = pytest.mark.browser

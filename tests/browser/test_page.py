@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from conftest import act, assert_clean, reveal, wait_ready
+
 from lab.experiment import PRIVATE_FIELDS, Experiment
 from lab.recipes import all_recipes
 

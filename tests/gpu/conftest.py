@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from gpu_helpers import SHAPE, VOCAB, run_tool, spec_text
 
 

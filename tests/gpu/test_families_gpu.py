@@ -9,7 +9,6 @@ import random
 import sys
 
 import pytest
-
 from gpu_helpers import ROOT, record, run_tool
 
 pytestmark = pytest.mark.gpu

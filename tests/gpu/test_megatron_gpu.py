@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from gpu_helpers import record, run_tool, spec_text
 
 pytestmark = pytest.mark.gpu

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from lab.experiment import Experiment, LEAF_FIELDS, iter_field_paths
+from lab.experiment import LEAF_FIELDS, Experiment, iter_field_paths
 
 
 def _all_fields(model: type[BaseModel], prefix: str = ""):

@@ -192,7 +192,6 @@ def test_extra_flags_are_private_in_share_links():
 ])
 def test_the_pages_layout_diagram_is_the_runtimes_placement_plan(recipe, changes):
     from lab.api_workspace import _layout
-    from lab.rules import derive
     from lab.runtime_verdict import placement
 
     exp = new_experiment(recipe)

@@ -14,8 +14,8 @@ from lab.model_spec import (
     load_model_spec,
     spec_from_text,
 )
-from slime.model_spec import expand_layer_pattern
 from lab.recipes import all_recipes
+from slime.model_spec import expand_layer_pattern
 
 # (file, layers, hidden, heads, kv groups, ffn, experts, topk, moe ffn, dense layers, vocab) from models.md
 MODELS_MD = [

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lab.runtime_pending import without_pending
 from lab import workspace as W
 from lab.experiment import PRIVATE_FIELDS, set_path
 from lab.recipes import all_recipes, get_recipe
 from lab.repair import apply_repair, propose_repairs
 from lab.rules import ChangeError, apply_change, new_experiment, validate, validated
+from tests.lab.runtime_pending import without_pending
 
 
 def _exp(recipe: str, **values):

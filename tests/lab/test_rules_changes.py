@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lab.runtime_pending import without_pending
-
 from lab.experiment import PRIVATE_FIELDS, Experiment
-from lab.recipes import all_recipes
-from lab.recipes import get_recipe
+from lab.recipes import all_recipes, get_recipe
 from lab.rules import ChangeError, apply_change, derive, new_experiment, validate
+from tests.lab.runtime_pending import without_pending
 
 RECIPES = list(all_recipes())
 

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.lab.runtime_pending import pending
-
 from lab.experiment import set_path
 from lab.recipes import all_recipes
 from lab.rules import derive, new_experiment, validate, validated
+from tests.lab.runtime_pending import pending
 
 HOPPER = "slimerl/slime:0.1.0-cu130-hopper"
 AMPERE = "slimerl/slime:0.1.0-cu130-ampere"

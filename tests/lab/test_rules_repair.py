@@ -1,11 +1,11 @@
 """Repair previews: shown before applying; one repair = one undoable entry."""
 from __future__ import annotations
 
-from tests.lab.runtime_pending import without_pending
 from lab import workspace as W
 from lab.experiment import set_path
 from lab.repair import propose_repairs
 from lab.rules import new_experiment, validate, validated
+from tests.lab.runtime_pending import without_pending
 
 
 def _pd_short(recipe="glm4-9b"):

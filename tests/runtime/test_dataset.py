@@ -50,9 +50,10 @@ def test_chat_template_wraps_the_prompt_with_a_generation_prompt(tiny):
     assert list(r.prompt_tokens) == tok(r.prompt_text, add_special_tokens=False)["input_ids"]
 
 
-def _source(n=10, shuffle=True, pos=DataPosition()):
+def _source(n=10, shuffle=True, pos=None):
     from slime.data.dataset import PromptRecord
 
+    pos = pos if pos is not None else DataPosition()  # a fresh position per source: it advances
     recs = [PromptRecord(i, str(i), str(i), (i,), None, {}) for i in range(n)]
     return PromptSource(recs, shuffle, seed=42, position=pos)
 

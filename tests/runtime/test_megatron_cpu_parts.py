@@ -17,11 +17,23 @@ import pytest
 import torch
 
 from slime.backends.megatron import hf_mapping as hm
-from slime.backends.megatron.model_args import (ConfigMismatchError, ModelArgsError, check_hf_config,
-                                                flags_from_argv, gpt_model_kwargs, hf_config_mismatches,
-                                                layer_spec_kwargs, load_flags, optimizer_kwargs, padded_vocab_size,
-                                                parallel_kwargs, parse_layer_pattern, read_model_args,
-                                                recompute_kwargs, transformer_config_kwargs)
+from slime.backends.megatron.model_args import (
+    ConfigMismatchError,
+    ModelArgsError,
+    check_hf_config,
+    flags_from_argv,
+    gpt_model_kwargs,
+    hf_config_mismatches,
+    layer_spec_kwargs,
+    load_flags,
+    optimizer_kwargs,
+    padded_vocab_size,
+    parallel_kwargs,
+    parse_layer_pattern,
+    read_model_args,
+    recompute_kwargs,
+    transformer_config_kwargs,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "scripts" / "models").glob("*.sh"))

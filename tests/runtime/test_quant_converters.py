@@ -49,7 +49,7 @@ def tiny_hf(tmp_path_factory) -> Path:
                       num_key_value_heads=2, vocab_size=512, max_position_embeddings=256, tie_word_embeddings=False)
     model = Qwen2ForCausalLM(cfg).to(torch.bfloat16)
     with torch.no_grad():  # non-uniform magnitudes across rows/cols so per-block scales differ
-        for n, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 2:
                 p.mul_(torch.logspace(-1, 1, p.shape[0]).to(p.dtype).unsqueeze(1))
     d = tmp_path_factory.mktemp("tiny_qwen2_bf16")

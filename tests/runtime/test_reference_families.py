@@ -13,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from slime.model_spec import (ConfigMismatchError, check_config_file, compare_with_config, load_flags,
-                              load_model_spec, spec_from_flags)
+from slime.model_spec import (
+    ConfigMismatchError,
+    check_config_file,
+    compare_with_config,
+    load_flags,
+    load_model_spec,
+    spec_from_flags,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))

@@ -6,8 +6,16 @@ from __future__ import annotations
 import pytest
 
 from slime.rollout.engines import sglang_flags
-from slime.rollout.engines.sglang import (EngineSpec, TranslationError, default_groups, launch_command,
-                                          launch_fields, load_server_groups, plan_engines, to_argv)
+from slime.rollout.engines.sglang import (
+    EngineSpec,
+    TranslationError,
+    default_groups,
+    launch_command,
+    launch_fields,
+    load_server_groups,
+    plan_engines,
+    to_argv,
+)
 
 PD_YAML = """\
 sglang:

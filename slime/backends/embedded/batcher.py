@@ -135,7 +135,7 @@ class ContinuousBatcher:
 
     def _iteration(self) -> None:
         with self._cv:
-            for slot, r in list(self._running.items()):
+            for _slot, r in list(self._running.items()):
                 if r.should_abort():
                     self._release(r)
                     self._finish(r, "abort")

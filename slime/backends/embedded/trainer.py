@@ -17,8 +17,13 @@ from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
-from slime.training.loss import (compute_total_loss, entropy_from_logits, from_runtime, gather_log_probs,
-                                 step_denominator)
+from slime.training.loss import (
+    compute_total_loss,
+    entropy_from_logits,
+    from_runtime,
+    gather_log_probs,
+    step_denominator,
+)
 
 # train/* metrics that are not a share of the step's aggregate (they do not add over micro-batches).
 NON_ADDITIVE = ("train/grad_norm", "train/lr")

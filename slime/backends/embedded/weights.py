@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors.torch import load as st_load, load_file, save as st_save, save_file
+from safetensors.torch import load as st_load
+from safetensors.torch import load_file, save_file
+from safetensors.torch import save as st_save
 
 INDEX = "model.safetensors.index.json"
 

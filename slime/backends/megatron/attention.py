@@ -22,7 +22,6 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-
 from megatron.core.transformer.module import MegatronModule
 
 try:  # torch >= 2.10

@@ -93,8 +93,8 @@ def maybe_launch_torchrun(argv: Sequence[str], nnodes: int, nproc_per_node: int,
 def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp: int | None = None,
                      tp: int = 1, use_gpu: bool | None = None, progress: Callable[[str], None] = _log) -> Path:
     """Convert; returns ``save_dir``. ``spec``: a spec file, an argv list or a flag dict."""
-    from slime.backends.megatron.model_args import check_hf_config, load_flags, unsupported_flags
     from slime.backends.megatron import hf_mapping as hm
+    from slime.backends.megatron.model_args import check_hf_config, load_flags, unsupported_flags
 
     flags = load_flags(spec)
     t0 = time.time()
@@ -217,7 +217,13 @@ def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf
     from safetensors.torch import save_file
 
     from slime.backends.megatron import hf_mapping as hm
-    from slime.backends.megatron.model import bucketed, build_model, hf_config_from_flags, init_parallel, iter_hf_tensors
+    from slime.backends.megatron.model import (
+        bucketed,
+        build_model,
+        hf_config_from_flags,
+        init_parallel,
+        iter_hf_tensors,
+    )
     from slime.backends.megatron.model_args import check_hf_config, load_flags
 
     flags = load_flags(spec)
@@ -304,9 +310,8 @@ def main_hf_to_torch_dist(argv: Sequence[str] | None = None, script: str | None 
     _common(ap)
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
-    from slime.backends.megatron.model_args import ConfigMismatchError, check_hf_config, load_flags
-
     from slime.backends.megatron.hf_mapping import ModelArgsError, require_mapped
+    from slime.backends.megatron.model_args import ConfigMismatchError, check_hf_config, load_flags
 
     try:  # refuse a mismatch, or an architecture not mapped yet, before torchrun, process groups or weights
         check_hf_config(load_flags(a.model_args), a.hf_checkpoint)

@@ -17,8 +17,14 @@ import torch
 import torch.distributed as dist
 
 from slime.backends.megatron import hf_mapping as hm
-from slime.backends.megatron.model_args import (gpt_model_kwargs, is_mla, layer_spec_kwargs, padded_vocab_size,
-                                                parallel_kwargs, transformer_config_kwargs)
+from slime.backends.megatron.model_args import (
+    gpt_model_kwargs,
+    is_mla,
+    layer_spec_kwargs,
+    padded_vocab_size,
+    parallel_kwargs,
+    transformer_config_kwargs,
+)
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 

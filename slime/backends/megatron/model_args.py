@@ -20,11 +20,19 @@ from typing import Any, Mapping
 
 # The spec reader, the typed spec and the config.json comparison live in slime.model_spec (one
 # home for model facts); the names below stay importable from here for the backend's callers.
-from slime.model_spec import ConfigMismatchError  # noqa: E402,F401
+from slime.model_spec import (  # noqa: E402,F401
+    ConfigMismatchError,  # noqa: E402,F401
+    _bool,
+    _float,
+    _int,
+    expand_layer_pattern,
+    flags_from_argv,
+    load_flags,
+    model_args_from_text,
+    parse_layer_pattern,
+    read_model_args,
+)
 from slime.model_spec import ModelSpecError as ModelArgsError  # noqa: E402
-from slime.model_spec import (_bool, _float, _int, expand_layer_pattern, flags_from_argv,  # noqa: E402,F401
-                              load_flags, model_args_from_text, parse_layer_pattern, read_model_args)
-
 
 # --- typed accessors ---------------------------------------------------------------------------
 

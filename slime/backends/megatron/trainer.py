@@ -27,16 +27,19 @@ import torch.distributed as dist
 
 from slime.backends.megatron import model as mm
 from slime.backends.megatron.convert import checkpoint_subdir, load_model_checkpoint, write_tracker
-from slime.backends.megatron.model_args import (_int, check_hf_config, load_flags, optimizer_kwargs,
-                                                parallel_kwargs)
+from slime.backends.megatron.model_args import _int, check_hf_config, load_flags, optimizer_kwargs, parallel_kwargs
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
-from slime.training.loss import (compute_total_loss, entropy_from_logits, from_runtime, gather_log_probs,
-                                 step_denominator)
-
+from slime.training.loss import (
+    compute_total_loss,
+    entropy_from_logits,
+    from_runtime,
+    gather_log_probs,
+    step_denominator,
+)
 
 # megatron-core 0.19's default optimizer layout (fully_sharded_model_space) needs flattened
 # ShardedTensors, which its own checkpointing now refuses; dp_reshardable is Megatron-LM's default.
@@ -147,8 +150,11 @@ class MegatronTrainer:
             check_hf_config(self.flags, hf)
         mm.init_parallel(self.flags, seed=seed)
         from megatron.core import parallel_state as ps
-        from megatron.core.distributed import (DistributedDataParallel, DistributedDataParallelConfig,
-                                               finalize_model_grads)
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 

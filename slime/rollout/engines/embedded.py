@@ -298,7 +298,7 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
     @app.get("/get_server_info")
     async def server_info():
         return {"model_path": core.hf_checkpoint, "tp_size": 1, "dp_size": 1, "ep_size": 1,
-                "disaggregation_mode": "null", "weight_version": core.weight_version,
+                "weight_version": core.weight_version,
                 "max_req_input_len": int(getattr(core.model.config, "max_position_embeddings", 0) or 0),
                 "weight_update_endpoints": SUPPORTED_UPDATES, "tensor_load_formats": TENSOR_FORMATS,
                 "weight_update_backends": ["gloo", "nccl"] if core.device.type == "cuda" else ["gloo"],

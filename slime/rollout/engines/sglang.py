@@ -28,8 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slime.rollout.engines.sglang_flags import (DISAGGREGATION_TRANSFER_BACKENDS, FLAGS, RESERVED, SGLANG_VERSION,
-                                                SWITCH, WORKER_TYPES, canonical, flag)
+from slime.rollout.engines.sglang_flags import (
+    DISAGGREGATION_TRANSFER_BACKENDS,
+    FLAGS,
+    RESERVED,
+    SGLANG_VERSION,
+    SWITCH,
+    WORKER_TYPES,
+    canonical,
+    flag,
+)
 
 DEFAULT_BOOTSTRAP_PORT = 8998
 # Fields that are slime's own (not SGLang flags) but may arrive with the --sglang- prefix.
