@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import assert_clean, wait_until
+from conftest import act, assert_clean, wait_until
 
 from lab.experiment import LEAF_FIELDS
 
@@ -148,8 +148,6 @@ def _visible_text(page) -> list[str]:
 @pytest.mark.browser
 @pytest.mark.parametrize("recipe", ["glm4-9b", "glm4.7", "qwen3.8-27b"])
 def test_chinese_page_has_no_english_after_every_step_and_a_server_error(new_page, recipe):
-    from conftest import act
-
     page = new_page(lang="zh")
     act(page, lambda: page.select_option('[data-field="model.recipe"]', recipe))
     for switch in ("serving.pd.enabled", "serving.hicache.enabled", "serving.eagle.enabled", "evaluation.enabled"):

@@ -117,7 +117,7 @@ def test_rollout_manager_falls_back_to_requests_per_group_behind_sglang_router(r
 def test_stream_through_the_router_is_sse_frames_ending_with_done(router):
     """Failure 2 of issue 18: `stream: true` came back as one plain JSON object."""
     with httpx.stream("POST", router["url"] + "/generate", timeout=60,
-                      json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "n": 2},
+                      json={"input_ids": PROMPT, "sampling_params": {"max_new_tokens": 2, "n": 2, "ignore_eos": True},
                             "return_logprob": True, "stream": True}) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         frames = [line for line in r.iter_lines() if line]
