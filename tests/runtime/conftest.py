@@ -44,6 +44,22 @@ def ray_cluster():
         ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def two_servers(tiny):
+    """Two embedded engines on 127.0.0.1 (seeds 0 and 1), serving SGLang's HTTP protocol."""
+    torch = pytest.importorskip("torch")
+    from slime.backends.embedded.engine_core import EngineCore
+    from slime.rollout.engines.embedded import EngineServer
+
+    torch.set_num_threads(1)
+    servers = [EngineServer(EngineCore(str(tiny["model"]), seed=i)) for i in range(2)]
+    for s in servers:
+        s.start()
+    yield servers
+    for s in servers:
+        s.stop()
+
+
 def tiny_flags(tiny: dict[str, Path], out: Path, *extra: str) -> list[str]:
     """The tiny recipe's flags, scaled down for tests (few rollouts, small batches)."""
     return [

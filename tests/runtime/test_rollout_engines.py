@@ -22,17 +22,6 @@ from tests.runtime.conftest import tiny_flags
 PROMPT = [2, 8, 11, 6, 3]
 
 
-@pytest.fixture(scope="module")
-def two_servers(tiny):
-    torch.set_num_threads(1)
-    servers = [EngineServer(EngineCore(str(tiny["model"]), seed=i)) for i in range(2)]
-    for s in servers:
-        s.start()
-    yield servers
-    for s in servers:
-        s.stop()
-
-
 def test_router_spreads_caps_keeps_sessions_and_retries_a_dead_engine(tiny, two_servers):
     router = RouterServer(concurrency=1, retry_timeout=10)
     url = router.start()

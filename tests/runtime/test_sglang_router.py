@@ -11,13 +11,10 @@ from collections import Counter
 
 import httpx
 import pytest
-import torch
 
 pytest.importorskip("sglang_router")
 
-from slime.backends.embedded.engine_core import EngineCore  # noqa: E402
 from slime.rollout.client import EngineClient, EngineRequestError, RouterAdmin  # noqa: E402
-from slime.rollout.engines.embedded import EngineServer  # noqa: E402
 from slime.rollout.router import SGLangRouterProcess, sglang_router_argv  # noqa: E402
 from tests.runtime.conftest import tiny_flags  # noqa: E402
 
@@ -25,14 +22,8 @@ PROMPT = [2, 8, 11, 6, 3]
 
 
 @pytest.fixture(scope="module")
-def engines(tiny):
-    torch.set_num_threads(1)
-    servers = [EngineServer(EngineCore(str(tiny["model"]), seed=i)) for i in range(2)]
-    for s in servers:
-        s.start()
-    yield servers
-    for s in servers:
-        s.stop()
+def engines(two_servers):
+    return two_servers
 
 
 @pytest.fixture(scope="module")
