@@ -128,9 +128,29 @@ def test_moe_and_mla_specs_map_to_config_fields():
 
 def test_specs_with_layers_not_built_yet_are_refused_by_name():
     transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / "glm4-9B.sh"))  # sandwich norms: built
-    for name, flag in (("qwen3.5-27B.sh", "--hybrid-linear-attention"), ("glm5.2-744B-A40B.sh", "--enable-dsa-indexer")):
-        with pytest.raises(ModelArgsError, match=flag):
-            transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / name))
+    with pytest.raises(ModelArgsError, match="--enable-dsa-indexer"):
+        transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / "glm5.2-744B-A40B.sh"))
+    flags = load_flags(ROOT / "scripts" / "models" / "qwen3.5-27B.sh")
+    with pytest.raises(ModelArgsError, match="--hybrid-linear-attention mamba2: this backend builds gated_delta_net"):
+        transformer_config_kwargs({**flags, "hybrid_linear_attention": "mamba2"})
+
+
+def test_qwen3_5_spec_gives_megatrons_gated_delta_net_fields():
+    """The hybrid pattern reaches megatron-core as a per-layer list (1 = Gated DeltaNet, every 4th
+    layer full attention), with the GDN dimensions and the attention output gate."""
+    flags = load_flags(ROOT / "scripts" / "models" / "qwen3.5-27B.sh")
+    hm.require_mapped(flags)
+    kw = transformer_config_kwargs(flags)
+    assert kw["experimental_attention_variant"] == "gated_delta_net"
+    assert kw["linear_attention_freq"] == [1, 1, 1, 0] * 16
+    assert (kw["linear_conv_kernel_dim"], kw["linear_key_head_dim"], kw["linear_value_head_dim"]) == (4, 128, 128)
+    assert (kw["linear_num_key_heads"], kw["linear_num_value_heads"]) == (16, 48)
+    assert kw["attention_output_gate"] is True and kw["qk_layernorm"] is True
+    assert kw["layernorm_zero_centered_gamma"] is True and kw["add_qkv_bias"] is False
+    assert kw["num_query_groups"] == 4 and kw["kv_channels"] == 256
+    g = gpt_model_kwargs(flags)
+    assert g["position_embedding_type"] == "rope" and g["rotary_percent"] == 0.25 and g["rotary_base"] == 10_000_000
+    assert g["share_embeddings_and_output_weights"] is False
 
 
 def test_config_kwargs_are_real_megatron_fields():
@@ -273,6 +293,64 @@ def test_tp_shards_merge_back_and_split_whole_groups():
     s1 = hm.shard_for_tp("x.linear_qkv.weight", qkv, 2, 1)
     assert torch.equal(s1, qkv[24:])  # rank 1 holds query group 1 whole (48 rows = 2 x (4q + k + v) x 4)
     assert all(len(x) == 16 for x in hm.split_qkv(s1, d, groups=1)[:1])
+
+
+def _hybrid_dims():
+    flags = flags_from_argv(("--num-layers 4 --hidden-size 32 --ffn-hidden-size 20 --num-attention-heads 4 "
+                             "--group-query-attention --num-query-groups 2 --kv-channels 8 --disable-bias-linear "
+                             "--attention-output-gate --qk-layernorm --vocab-size 64 --linear-attention-freq 4 "
+                             "--hybrid-linear-attention gated_delta_net --linear-conv-kernel-dim 4 "
+                             "--linear-key-head-dim 4 --linear-value-head-dim 6 --linear-num-key-heads 2 "
+                             "--linear-num-value-heads 4").split())
+    return hm.dims_from_flags(flags)
+
+
+def test_gated_attention_q_proj_keeps_query_and_gate_rows_per_head():
+    d = _hybrid_dims()
+    heads, hd = d.heads, d.head_dim
+    # HF q_proj: per head [query rows, gate rows]; mark query rows 1xx, gate rows 2xx by head
+    q = torch.stack([torch.stack([torch.full((hd,), 100.0 + h), torch.full((hd,), 200.0 + h)]) for h in range(heads)])
+    q = q.reshape(heads * 2 * hd, 1)
+    k, v = torch.full((d.groups * hd, 1), 300.0), torch.full((d.groups * hd, 1), 400.0)
+    qkv = hm.fuse_qkv(q, k, v, d)
+    per_group = qkv.reshape(d.groups, -1)
+    # group 0 = [q heads 0,1 | gate heads 0,1 | k | v] (megatron-core's gated layout)
+    want = torch.cat([torch.full((hd,), x) for x in (100.0, 101.0, 200.0, 201.0, 300.0, 400.0)])
+    assert torch.equal(per_group[0], want)
+    back = hm.split_qkv(qkv, d)
+    assert torch.equal(back[0], q) and torch.equal(back[1], k) and torch.equal(back[2], v)
+    s1 = hm.shard_for_tp("decoder.layers.3.self_attention.linear_qkv.weight", qkv, 2, 1, d)
+    assert torch.equal(hm.split_qkv(s1, d, groups=1)[0], q[2 * 2 * hd:])  # rank 1: heads 2 and 3 whole
+
+
+def test_gated_delta_net_in_proj_is_split_section_by_section_over_tp():
+    d = _hybrid_dims()
+    assert d.is_linear_layer(0) and not d.is_linear_layer(3)
+    sections = d.in_proj_sections  # q 8, k 8, v 24, z 24, beta 4, alpha 4
+    assert sections == (8, 8, 24, 24, 4, 4)
+    full = torch.cat([torch.full((n, 3), float(i)) for i, n in enumerate(sections)])
+    name = "decoder.layers.0.self_attention.in_proj.weight"
+    shards = [hm.shard_for_tp(name, full, 2, r, d) for r in range(2)]
+    want = torch.cat([torch.full((n // 2, 3), float(i)) for i, n in enumerate(sections)])
+    assert all(torch.equal(s, want) for s in shards)  # every rank: half of each section, in order
+    assert torch.equal(hm.merge_tp(name, shards, d), full)
+    conv = torch.randn(40, 1, 4)
+    cname = "decoder.layers.0.self_attention.conv1d.weight"
+    cs = [hm.shard_for_tp(cname, conv, 2, r, d) for r in range(2)]
+    assert torch.equal(cs[0][:4], conv[:4]) and torch.equal(cs[0][4:8], conv[8:12])  # q half, k half
+    assert torch.equal(hm.merge_tp(cname, cs, d), conv)
+    for n in ("A_log", "dt_bias"):
+        assert hm.tp_axis(f"decoder.layers.0.self_attention.{n}") == 0
+    assert hm.tp_axis("decoder.layers.0.self_attention.out_proj.weight") == 1
+    assert hm.tp_axis("decoder.layers.0.self_attention.out_norm.weight") is None
+    # HF side: the four projections are the sections' concatenation, and come back apart
+    parts = {"in_proj_qkv": torch.randn(40, 32), "in_proj_z": torch.randn(24, 32), "in_proj_b": torch.randn(4, 32),
+             "in_proj_a": torch.randn(4, 32)}
+    get = {f"model.language_model.layers.0.linear_attn.{k}.weight": t for k, t in parts.items()}.__getitem__
+    fused = hm.hf_to_mcore(name, get, d)
+    assert fused.shape == (72, 32)
+    for hf_name, t in hm.mcore_to_hf(name, fused, d):
+        assert torch.equal(t, get(hf_name))
 
 
 def test_hf_megatron_round_trip_over_every_name():

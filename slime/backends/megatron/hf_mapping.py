@@ -20,6 +20,12 @@ Layouts (megatron-core local spec):
   ``shared_experts`` keeps its name.
 - GLM-4's sandwich norms: ``self_attention.post_self_attn_layernorm`` / ``mlp.post_mlp_layernorm``.
 - Qwen3.5's composite checkpoint keeps the text model under ``model.language_model.``.
+- Qwen3.5's gated attention: HF's ``q_proj`` holds, per head, the query rows then the output-gate
+  rows; megatron's ``linear_qkv`` holds, per query group, ``[q heads, gate heads, k, v]``.
+- Gated DeltaNet (megatron-core's ``GatedDeltaNet``): ``in_proj`` is
+  ``cat([in_proj_qkv, in_proj_z, in_proj_b, in_proj_a])`` (sections q, k, v, z, beta, alpha);
+  ``conv1d``, ``A_log``, ``dt_bias`` and ``out_proj`` keep their names, ``out_norm`` is ``norm``.
+  Under tensor parallelism every section is split on its own (as megatron-core shards them).
 
 HF tensors the Megatron model does not hold (the MTP layer, a vision tower) are named by
 :func:`carried_hf_names`: conversion carries them unchanged next to the torch_dist checkpoint and
@@ -61,6 +67,11 @@ class Dims:
     hf_prefix: str = "model."
     composite: bool = False
     fused_gate_up: bool = False  # GLM-4 dense checkpoints store mlp.gate_up_proj (gate rows, then up)
+    gated_attention: bool = False  # q_proj carries the attention output gate (Qwen3.5)
+    linear_pattern: tuple[int, ...] = ()  # 1 = Gated DeltaNet layer (hybrid models)
+    linear_qk_dim: int = 0  # key heads x key head dim
+    linear_v_dim: int = 0  # value heads x value head dim
+    linear_v_heads: int = 0
 
     @property
     def q_per_group(self) -> int:
@@ -68,6 +79,19 @@ class Dims:
 
     def is_moe_layer(self, i: int) -> bool:
         return bool(self.experts) and bool(self.moe_pattern[i])
+
+    def is_linear_layer(self, i: int) -> bool:
+        return bool(self.linear_pattern) and bool(self.linear_pattern[i])
+
+    @property
+    def in_proj_sections(self) -> tuple[int, ...]:
+        """Rows of a Gated DeltaNet ``in_proj``: q, k, v, z (output gate), beta, alpha."""
+        return (self.linear_qk_dim, self.linear_qk_dim, self.linear_v_dim, self.linear_v_dim,
+                self.linear_v_heads, self.linear_v_heads)
+
+    @property
+    def conv_sections(self) -> tuple[int, ...]:
+        return (self.linear_qk_dim, self.linear_qk_dim, self.linear_v_dim)
 
 
 def dims_from_flags(flags: Mapping) -> Dims:
@@ -77,7 +101,11 @@ def dims_from_flags(flags: Mapping) -> Dims:
                 post_norms=s.post_norms, mla=s.mla, q_lora_rank=s.q_lora_rank, experts=s.experts,
                 moe_pattern=s.moe_layer_pattern, shared_expert=s.shared_ffn > 0, expert_bias=s.expert_bias,
                 mtp_layers=s.mtp_layers, hf_prefix="model.language_model." if s.hybrid else "model.",
-                composite=s.hybrid, fused_gate_up=s.post_norms)
+                composite=s.hybrid, fused_gate_up=s.post_norms, gated_attention=s.attention_output_gate,
+                linear_pattern=s.linear_layer_pattern,
+                linear_qk_dim=s.linear_num_key_heads * s.linear_key_head_dim,
+                linear_v_dim=s.linear_num_value_heads * s.linear_value_head_dim,
+                linear_v_heads=s.linear_num_value_heads)
 
 
 def require_mapped(flags: Mapping) -> None:
@@ -86,8 +114,8 @@ def require_mapped(flags: Mapping) -> None:
 
     missing = unsupported_flags(flags)
     if missing:
-        raise ModelArgsError("HF <-> Megatron covers GLM-4 dense, GLM-4.x MoE (GQA and MLA) and DeepSeek-V3; "
-                             "not built yet: " + "; ".join(missing))
+        raise ModelArgsError("HF <-> Megatron covers GLM-4 dense, GLM-4.x MoE (GQA and MLA), DeepSeek-V3 and "
+                             "the Qwen3.5 hybrid; not built yet: " + "; ".join(missing))
 
 
 require_dense = require_mapped  # the name earlier callers use
@@ -97,21 +125,34 @@ require_dense = require_mapped  # the name earlier callers use
 
 
 def fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, d: Dims) -> torch.Tensor:
-    """HF q/k/v (weights ``[n*dh, h]`` or biases ``[n*dh]``) -> megatron's grouped linear_qkv."""
+    """HF q/k/v (weights ``[n*dh, h]`` or biases ``[n*dh]``) -> megatron's grouped linear_qkv.
+
+    With the attention output gate, HF's q rows are ``[q_head, gate_head]`` per head and megatron's
+    group is ``[q heads, gate heads, k, v]``."""
     tail = q.shape[1:]
-    qg = q.reshape(d.groups, d.q_per_group * d.head_dim, *tail)
+    if d.gated_attention:
+        qh = q.reshape(d.heads, 2, d.head_dim, *tail)
+        parts = [qh[:, 0].reshape(d.groups, d.q_per_group * d.head_dim, *tail),
+                 qh[:, 1].reshape(d.groups, d.q_per_group * d.head_dim, *tail)]
+    else:
+        parts = [q.reshape(d.groups, d.q_per_group * d.head_dim, *tail)]
     kg = k.reshape(d.groups, d.head_dim, *tail)
     vg = v.reshape(d.groups, d.head_dim, *tail)
-    return torch.cat([qg, kg, vg], dim=1).reshape(-1, *tail).contiguous()
+    return torch.cat([*parts, kg, vg], dim=1).reshape(-1, *tail).contiguous()
 
 
 def split_qkv(qkv: torch.Tensor, d: Dims, groups: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Inverse of :func:`fuse_qkv` (``groups`` < d.groups for one tensor-parallel shard)."""
     g = groups or d.groups
     tail = qkv.shape[1:]
-    x = qkv.reshape(g, (d.q_per_group + 2) * d.head_dim, *tail)
     qn = d.q_per_group * d.head_dim
-    q, k, v = x[:, :qn], x[:, qn:qn + d.head_dim], x[:, qn + d.head_dim:]
+    gn = qn if d.gated_attention else 0
+    x = qkv.reshape(g, qn + gn + 2 * d.head_dim, *tail)
+    q, k, v = x[:, :qn], x[:, qn + gn:qn + gn + d.head_dim], x[:, qn + gn + d.head_dim:]
+    if d.gated_attention:
+        heads = g * d.q_per_group
+        gate = x[:, qn:qn + gn]
+        q = torch.stack([q.reshape(heads, d.head_dim, *tail), gate.reshape(heads, d.head_dim, *tail)], dim=1)
     return (q.reshape(-1, *tail).contiguous(), k.reshape(-1, *tail).contiguous(), v.reshape(-1, *tail).contiguous())
 
 
@@ -136,6 +177,15 @@ _ATTN_MLA = {
     "self_attention.kv_layernorm.weight": ["self_attn.kv_a_layernorm.weight"],
     "self_attention.linear_kv_up_proj.weight": ["self_attn.kv_b_proj.weight"],
     "self_attention.linear_proj.weight": ["self_attn.o_proj.weight"],
+}
+_ATTN_GDN = {
+    "self_attention.in_proj.weight": ["linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_z.weight",
+                                      "linear_attn.in_proj_b.weight", "linear_attn.in_proj_a.weight"],
+    "self_attention.conv1d.weight": ["linear_attn.conv1d.weight"],
+    "self_attention.A_log": ["linear_attn.A_log"],
+    "self_attention.dt_bias": ["linear_attn.dt_bias"],
+    "self_attention.out_norm.weight": ["linear_attn.norm.weight"],
+    "self_attention.out_proj.weight": ["linear_attn.out_proj.weight"],
 }
 _COMMON = {
     "input_layernorm.weight": ["input_layernorm.weight"],
@@ -183,7 +233,7 @@ def hf_names_for(mcore_name: str, d: Dims) -> list[str]:
         return [p + f"mlp.experts.{x}.down_proj.weight"]
     if d.fused_gate_up and rest == "mlp.linear_fc1.weight":
         return [p + "mlp.gate_up_proj.weight"]
-    table = _ATTN_MLA if d.mla else _ATTN_GQA
+    table = _ATTN_GDN if d.is_linear_layer(i) else _ATTN_MLA if d.mla else _ATTN_GQA
     hf = table.get(rest) or _COMMON.get(rest)
     if hf is None:
         raise KeyError(f"no HF name for megatron parameter {mcore_name!r}")
@@ -196,7 +246,9 @@ def iter_mcore_names(d: Dims) -> Iterator[str]:
     for i in range(d.num_layers):
         p = f"decoder.layers.{i}."
         yield p + "input_layernorm.weight"
-        if d.mla:
+        if d.is_linear_layer(i):
+            yield from (p + n for n in _ATTN_GDN)
+        elif d.mla:
             if d.q_lora_rank:
                 yield from (p + "self_attention." + x for x in ("linear_q_down_proj.weight", "q_layernorm.weight",
                                                                  "linear_q_up_proj.weight"))
@@ -204,14 +256,15 @@ def iter_mcore_names(d: Dims) -> Iterator[str]:
                 yield p + "self_attention.linear_q_proj.weight"
             yield from (p + "self_attention." + x for x in ("linear_kv_down_proj.weight", "kv_layernorm.weight",
                                                              "linear_kv_up_proj.weight"))
-        else:
+        if not d.is_linear_layer(i) and not d.mla:
             yield p + "self_attention.linear_qkv.weight"
             if d.qkv_bias:
                 yield p + "self_attention.linear_qkv.bias"
             if d.qk_norm:
                 yield p + "self_attention.q_layernorm.weight"
                 yield p + "self_attention.k_layernorm.weight"
-        yield p + "self_attention.linear_proj.weight"
+        if not d.is_linear_layer(i):
+            yield p + "self_attention.linear_proj.weight"
         if d.post_norms:
             yield p + "self_attention.post_self_attn_layernorm.weight"
         yield p + "pre_mlp_layernorm.weight"
@@ -274,6 +327,10 @@ def mcore_to_hf(mcore_name: str, tensor: torch.Tensor, d: Dims) -> list[tuple[st
     names = hf_names_for(mcore_name, d)
     if names[0].endswith(("embed_tokens.weight", "lm_head.weight")):
         return [(names[0], tensor[: d.vocab])]
+    if mcore_name.endswith("self_attention.in_proj.weight"):  # Gated DeltaNet: q, k, v | z | beta | alpha
+        qk, v, heads = d.linear_qk_dim, d.linear_v_dim, d.linear_v_heads
+        parts = torch.split(tensor, [2 * qk + v, v, heads, heads], dim=0)
+        return [(n, t.contiguous()) for n, t in zip(names, parts)]
     if len(names) == 3:
         return list(zip(names, split_qkv(tensor, d)))
     if len(names) == 2:
@@ -294,6 +351,8 @@ def hf_to_mcore(mcore_name: str, get: Callable[[str], torch.Tensor], d: Dims, pa
             t = torch.cat([t, t.new_zeros(padded_vocab - t.shape[0], *t.shape[1:])])
         return t
     parts = [get(n) for n in names]
+    if mcore_name.endswith("self_attention.in_proj.weight"):
+        return torch.cat(parts, dim=0)
     if len(parts) == 3:
         return fuse_qkv(*parts, d)
     if len(parts) == 2:
@@ -305,8 +364,11 @@ def hf_to_mcore(mcore_name: str, get: Callable[[str], torch.Tensor], d: Dims, pa
 
 _COLUMN = ("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight",
            "output_layer.weight", "linear_q_proj.weight", "linear_q_down_proj.weight", "linear_q_up_proj.weight",
-           "linear_kv_down_proj.weight", "linear_kv_up_proj.weight")
-_ROW = ("linear_proj.weight", "linear_fc2.weight")
+           "linear_kv_down_proj.weight", "linear_kv_up_proj.weight",
+           # Gated DeltaNet: projections, depthwise conv and per-value-head parameters split by head
+           "self_attention.in_proj.weight", "self_attention.conv1d.weight", "self_attention.A_log",
+           "self_attention.dt_bias")
+_ROW = ("linear_proj.weight", "linear_fc2.weight", "self_attention.out_proj.weight")
 
 
 def tp_axis(mcore_name: str) -> int | None:
@@ -317,11 +379,26 @@ def tp_axis(mcore_name: str) -> int | None:
     return None  # replicated (norms, router)
 
 
-def shard_for_tp(mcore_name: str, full: torch.Tensor, tp: int, rank: int) -> torch.Tensor:
-    """This TP rank's shard of a full megatron tensor (qkv by query groups, fc1 by gate/up)."""
+def _sections(mcore_name: str, d: Dims | None) -> tuple[int, ...] | None:
+    """Row sections split separately over TP ranks (Gated DeltaNet's fused projections)."""
+    if d is None or not d.linear_pattern:
+        return None
+    if mcore_name.endswith("self_attention.in_proj.weight"):
+        return d.in_proj_sections
+    if mcore_name.endswith("self_attention.conv1d.weight"):
+        return d.conv_sections
+    return None
+
+
+def shard_for_tp(mcore_name: str, full: torch.Tensor, tp: int, rank: int, d: Dims | None = None) -> torch.Tensor:
+    """This TP rank's shard of a full megatron tensor (qkv by query groups, fc1 by gate/up, a Gated
+    DeltaNet projection section by section)."""
     axis = tp_axis(mcore_name)
     if tp == 1 or axis is None:
         return full
+    sections = _sections(mcore_name, d)
+    if sections:
+        return torch.cat([torch.chunk(p, tp)[rank] for p in torch.split(full, list(sections))]).contiguous()
     if mcore_name.endswith("linear_fc1.weight"):
         gate, up = torch.chunk(full, 2, dim=0)
         return torch.cat([torch.chunk(gate, tp)[rank], torch.chunk(up, tp)[rank]]).contiguous()
@@ -329,11 +406,16 @@ def shard_for_tp(mcore_name: str, full: torch.Tensor, tp: int, rank: int) -> tor
     return torch.chunk(full, tp, dim=axis)[rank].contiguous()
 
 
-def merge_tp(mcore_name: str, shards: list[torch.Tensor]) -> torch.Tensor:
+def merge_tp(mcore_name: str, shards: list[torch.Tensor], d: Dims | None = None) -> torch.Tensor:
     """Inverse of :func:`shard_for_tp`."""
     axis = tp_axis(mcore_name)
     if len(shards) == 1 or axis is None:
         return shards[0]
+    sections = _sections(mcore_name, d)
+    if sections:
+        tp = len(shards)
+        local = [torch.split(s, [n // tp for n in sections]) for s in shards]
+        return torch.cat([part[j] for j in range(len(sections)) for part in local])
     if mcore_name.endswith("linear_fc1.weight"):
         halves = [torch.chunk(s, 2, dim=0) for s in shards]
         return torch.cat([h[0] for h in halves] + [h[1] for h in halves])

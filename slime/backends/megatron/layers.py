@@ -6,7 +6,14 @@
   fused kernels (attention.py);
 - GLM-4 dense: the two sandwich norms megatron-core's TransformerLayer lacks, as thin subclasses
   of its SelfAttention and MLP that normalise their output before the residual add (HF's
-  ``post_self_attn_layernorm`` / ``post_mlp_layernorm``), built with the layer's own norm class.
+  ``post_self_attn_layernorm`` / ``post_mlp_layernorm``), built with the layer's own norm class;
+- Qwen3.5 hybrid: megatron-core's ``GatedDeltaNet`` for the linear-attention layers and its
+  ``SelfAttention`` with ``attention_output_gate`` for the full-attention ones, placed by the
+  per-layer pattern. Without Transformer Engine, megatron-core's own hybrid spec cannot be used
+  (it asks for TE's fused norm+linear), so the same modules are assembled here from local
+  linears; the (1+w) RMSNorm of these checkpoints is :class:`OnePlusRMSNorm` (megatron-core's
+  local norm refuses ``layernorm_zero_centered_gamma``), and the GDN output norm keeps a plain
+  weight (:class:`GatedOutputRMSNorm`), as the checkpoint's does.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Mapping
 
+import torch
 from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.mlp import MLP
 from megatron.core.transformer.spec_utils import ModuleSpec, build_module
@@ -60,13 +68,94 @@ def _sandwich(layer: ModuleSpec) -> None:
     sub.mlp = partial(mlp_cls.as_mlp_submodule, *mlp.args, **mlp.keywords)
 
 
+class OnePlusRMSNorm(torch.nn.Module):
+    """RMSNorm scaling by ``1 + weight`` (zero-centred gamma), computed in fp32 like Qwen3.5's
+    ``Qwen3_5RMSNorm``: the checkpoint's weights load unchanged."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-6, **_unused):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.zeros(hidden_size, dtype=config.params_dtype))
+        # replicated over TP; with sequence parallel its gradient is summed over the TP group
+        self.weight.sequence_parallel = bool(config.sequence_parallel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).type_as(x)
+
+
+class GatedOutputRMSNorm(torch.nn.Module):
+    """The norm inside a Gated DeltaNet layer, before the SiLU output gate (HF's
+    ``Qwen3_5RMSNormGated`` minus the gate, which megatron-core's GatedDeltaNet applies): plain
+    weight, normalised in fp32, scaled in the input dtype."""
+
+    def __init__(self, config, hidden_size: int, eps: float = 1e-6, **_unused):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=config.params_dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def _norm_class(flags: Mapping[str, Any]):
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from slime.model_spec import _bool
+
+    return OnePlusRMSNorm if _bool(flags, "apply_layernorm_1p") else WrappedTorchNorm
+
+
+def hybrid_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp_stage: int | None = None):
+    """Decoder block of a hybrid model: ``config.linear_attention_freq`` (1 = Gated DeltaNet,
+    0 = full attention) decides each layer; this pipeline stage's slice of them."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.ssm.gated_delta_net import GatedDeltaNet, GatedDeltaNetSubmodules
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+    from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+    norm = _norm_class(flags)
+
+    def local_layer():
+        spec = get_gpt_layer_local_spec(num_experts=None, qk_layernorm=config.qk_layernorm,
+                                        normalization=config.normalization)
+        sub = spec.submodules
+        sub.input_layernorm = norm
+        sub.pre_mlp_layernorm = norm
+        return spec
+
+    full = local_layer()
+    attn = full.submodules.self_attention.submodules
+    if config.qk_layernorm:
+        attn.q_layernorm = attn.k_layernorm = norm
+    if core_attention is not None:
+        attn.core_attention = core_attention
+    linear = local_layer()
+    linear.submodules.self_attention = ModuleSpec(
+        module=GatedDeltaNet,
+        submodules=GatedDeltaNetSubmodules(in_proj=ColumnParallelLinear, out_norm=GatedOutputRMSNorm,
+                                           out_proj=RowParallelLinear))
+    pattern = list(config.linear_attention_freq)
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    count = get_num_layers_to_build(config, vp_stage=vp_stage)
+    specs = [linear if pattern[i] else full for i in range(offset, offset + count)]
+    return TransformerBlockSubmodules(layer_specs=specs, layer_norm=norm)
+
+
 def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp_stage: int | None = None):
     """megatron-core's local decoder block spec for this pipeline stage (dense / MoE layers per
-    ``--moe-layer-freq``), core attention swapped and GLM-4's sandwich norms added."""
+    ``--moe-layer-freq``), core attention swapped and GLM-4's sandwich norms added; the hybrid
+    block of :func:`hybrid_block_spec` for a spec with linear-attention layers."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     from slime.model_spec import _bool
 
+    if getattr(config, "experimental_attention_variant", None) == "gated_delta_net":
+        return hybrid_block_spec(flags, config, core_attention, vp_stage)
     block = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
                                        normalization=str(flags.get("normalization", "LayerNorm")), vp_stage=vp_stage)
     seen: set[int] = set()

@@ -85,7 +85,7 @@ def layer_spec(flags: Mapping[str, Any], attention: str = "sdpa", config=None, v
     """megatron-core's local layer spec; core attention swapped for SDPA/flash (attention.py).
 
     With ``config``: the decoder block spec of this stage (layers.py: MoE layer pattern, MLA,
-    GLM-4's sandwich norms)."""
+    GLM-4's sandwich norms, the Gated DeltaNet / gated-attention pattern of a hybrid)."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     if attention not in ("sdpa", "local"):
@@ -220,7 +220,7 @@ def load_hf_into(model, flags: Mapping[str, Any], get: Callable[[str], torch.Ten
     last_layer = None
     for name, p in global_named_parameters(model):
         full = hm.hf_to_mcore(name, get, d, padded)
-        shard = hm.shard_for_tp(name, full, tp, tp_rank)
+        shard = hm.shard_for_tp(name, full, tp, tp_rank, d)
         if tuple(shard.shape) != tuple(p.shape):
             raise ValueError(f"{name}: HF gives {tuple(shard.shape)}, the model has {tuple(p.shape)}")
         p.copy_(shard.to(dtype=p.dtype, device=p.device))
@@ -236,7 +236,7 @@ def load_hf_into(model, flags: Mapping[str, Any], get: Callable[[str], torch.Ten
 # --- model -> HF ------------------------------------------------------------------------------
 
 
-def _gather_tp(name: str, t: torch.Tensor) -> torch.Tensor:
+def _gather_tp(name: str, t: torch.Tensor, d: hm.Dims | None = None) -> torch.Tensor:
     from megatron.core import parallel_state as ps
 
     tp = ps.get_tensor_model_parallel_world_size()
@@ -244,7 +244,7 @@ def _gather_tp(name: str, t: torch.Tensor) -> torch.Tensor:
         return t
     shards = [torch.empty_like(t) for _ in range(tp)]
     dist.all_gather(shards, t.contiguous(), group=ps.get_tensor_model_parallel_group())
-    return hm.merge_tp(name, shards)
+    return hm.merge_tp(name, shards, d)
 
 
 @torch.no_grad()
@@ -259,7 +259,7 @@ def iter_hf_tensors(model, flags: Mapping[str, Any], dtype: torch.dtype | None =
     for name, p in global_named_parameters(model):
         if d.tied and name == "output_layer.weight":
             continue  # tied: the HF checkpoint has embed_tokens only
-        full = _gather_tp(name, p.data)
+        full = _gather_tp(name, p.data, d)
         for hf_name, t in hm.mcore_to_hf(name, full, d):
             if dtype is not None and not name.endswith("router.expert_bias"):  # kept fp32, as published
                 t = t.to(dtype)

@@ -45,18 +45,33 @@ def _require(flags: Mapping[str, Any], *keys: str) -> None:
 
 # --- what this backend builds ------------------------------------------------------------------
 
-# Flags the spec files use that this backend does not build yet (Qwen3.5's Gated DeltaNet layers,
-# GLM-5's DSA indexer). Refused with the reason rather
-# than silently building a different network.
+# Flags the spec files use that this backend does not build yet (GLM-5's DSA indexer). Refused
+# with the reason rather than silently building a different network.
 UNSUPPORTED = {
-    "hybrid_linear_attention": "Gated DeltaNet layers (Qwen3.5) need flash-linear-attention and a hybrid spec",
     "enable_dsa_indexer": "the DSA indexer (GLM-5) needs megatron-core's dsa attention variant, not built here yet",
-    "attention_output_gate": "the attention output gate (Qwen3.5) is not mapped from the checkpoint's q_proj yet",
 }
+
+# The linear-attention variants this backend builds (megatron-core's experimental_attention_variant).
+LINEAR_ATTENTION_VARIANTS = ("gated_delta_net",)
 
 
 def unsupported_flags(flags: Mapping[str, Any]) -> list[str]:
-    return [f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items() if _bool(flags, k)]
+    out = [f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items() if _bool(flags, k)]
+    variant = flags.get("hybrid_linear_attention")
+    if variant not in (None, False) and linear_attention_variant(flags) not in LINEAR_ATTENTION_VARIANTS:
+        out.append(f"--hybrid-linear-attention {variant}: this backend builds "
+                   + ", ".join(LINEAR_ATTENTION_VARIANTS) + " only")
+    return out
+
+
+def is_hybrid(flags: Mapping[str, Any]) -> bool:
+    return "hybrid_linear_attention" in flags or "linear_attention_freq" in flags
+
+
+def linear_attention_variant(flags: Mapping[str, Any]) -> str:
+    """``--hybrid-linear-attention gated_delta_net`` (a bare switch means Gated DeltaNet)."""
+    v = flags.get("hybrid_linear_attention", "gated_delta_net")
+    return "gated_delta_net" if v is True else str(v)
 
 
 def is_moe(flags: Mapping[str, Any]) -> bool:
@@ -161,6 +176,18 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
                 kw[key] = _bool(flags, key)
     if "mtp_num_layers" in flags:
         kw["mtp_num_layers"] = _int(flags, "mtp_num_layers")
+    if is_hybrid(flags):
+        # Gated DeltaNet layers between full-attention layers: megatron-core's own GatedDeltaNet,
+        # placed by the per-layer pattern (a list, so dist-checkpointing treats the layers as
+        # non-homogeneous and the pattern is explicit, whatever the spec's shorthand).
+        _require(flags, "linear_attention_freq", "linear_conv_kernel_dim", "linear_key_head_dim",
+                 "linear_value_head_dim", "linear_num_key_heads", "linear_num_value_heads")
+        kw["experimental_attention_variant"] = linear_attention_variant(flags)
+        kw["linear_attention_freq"] = list(expand_layer_pattern(flags["linear_attention_freq"], num_layers,
+                                                                "--linear-attention-freq"))
+        for key in ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
+                    "linear_num_key_heads", "linear_num_value_heads"):
+            kw[key] = _int(flags, key)
     if is_mla(flags):
         _require(flags, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
         kw["q_lora_rank"] = _int(flags, "q_lora_rank")  # None: no q compression
