@@ -1,7 +1,10 @@
 """The seeded architecture families on a real GPU, each from its tiny reference checkpoint
 (tools/reference_models.py, transformers' own classes): HF -> torch_dist -> HF bitwise (carried MTP
 tensors included), Megatron vs HF forward log-probs of the same bf16 weights, and one GRPO step
-with KL 0 at step 1. Run with tools/run_gpu_tests.sh on the GPU machine."""
+with KL 0 at step 1. Run with tools/run_gpu_tests.sh on the GPU machine.
+
+The Qwen3.5 hybrid needs transformers' ``qwen3_5`` classes and flash-linear-attention (``fla``,
+which megatron-core's GatedDeltaNet imports); without either its cases skip and say which."""
 
 from __future__ import annotations
 
@@ -14,13 +17,38 @@ from gpu_helpers import ROOT, record, run_tool
 pytestmark = pytest.mark.gpu
 sys.path.insert(0, str(ROOT / "tools"))
 
-FAMILIES = ["glm4", "glm4_moe", "glm4_moe_lite", "deepseek_v3"]
+FAMILIES = ["glm4", "glm4_moe", "glm4_moe_lite", "deepseek_v3", "qwen3_5"]
+
+
+def _skip_without_family_deps(family: str) -> None:
+    if family != "qwen3_5":
+        return
+    import transformers
+
+    if not hasattr(transformers, "Qwen3_5ForConditionalGeneration"):
+        pytest.skip(f"transformers {transformers.__version__} has no qwen3_5 model classes")
+    try:
+        from megatron.core.ssm.gated_delta_net import HAVE_FLA
+    except ImportError as exc:
+        pytest.skip(f"megatron-core's gated_delta_net does not import: {exc}")
+    if not HAVE_FLA:
+        pytest.skip("megatron-core's GatedDeltaNet needs flash-linear-attention: pip install fla-core (imports as fla)")
+
+
+def _hf_model(family: str, hf):
+    """The HF reference in bf16 on the GPU (Qwen3.5's published layout is the composite model)."""
+    import torch
+    import transformers
+
+    cls = transformers.Qwen3_5ForConditionalGeneration if family == "qwen3_5" else transformers.AutoModelForCausalLM
+    return cls.from_pretrained(hf, dtype=torch.bfloat16).cuda().eval()
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def fam(request, gpu_ready, tmp_path_factory):
     import reference_models as rm
 
+    _skip_without_family_deps(request.param)
     base = tmp_path_factory.mktemp(request.param)
     hf, spec = rm.build(request.param, base)
     save = base / "torch_dist"
@@ -76,13 +104,12 @@ def test_family_round_trip_is_bitwise(fam):
 
 def test_family_forward_matches_hf(fam):
     import torch
-    from transformers import AutoModelForCausalLM
 
     name, hf, spec, save, _ = fam
     recs = _records(6, [17, 64, 129, 256, 300, 512])
     tr = _trainer(hf, spec, save)
     mg = tr.log_probs(recs)
-    ref = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.bfloat16).cuda().eval()
+    ref = _hf_model(name, hf)
     diffs = []
     with torch.no_grad():
         for r, m in zip(recs, mg):

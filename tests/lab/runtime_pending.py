@@ -13,8 +13,6 @@ PENDING = (
     "with train.py: weight sync exports from trainer rank 0 alone",
     "needs Transformer Engine's ring attention",  # CP > 1
     "--enable-dsa-indexer:",  # GLM-5's DSA indexer
-    "--hybrid-linear-attention:",  # Qwen3.5's Gated DeltaNet layers
-    "--attention-output-gate:",  # Qwen3.5's output gate
 )
 
 
