@@ -1,0 +1,129 @@
+"""The Qwen3.5 hybrid built by the Megatron backend (megatron-core's GatedDeltaNet and gated
+attention, layers.py) computes what transformers' Qwen3.5 computes, on a CPU.
+
+Runs where megatron-core and flash-linear-attention import (megatron-core's GatedDeltaNet refuses
+to build without ``fla``); skips elsewhere, saying which is missing. The GPU tests
+(tests/gpu/test_families_gpu.py) check the same model with fla's kernels in bf16.
+
+Two fakes stand in for what a CPU cannot run, both named here:
+- ``torch.cuda.current_device`` returns ``"cpu"``: GatedDeltaNet allocates its conv / A_log /
+  dt_bias parameters on the current CUDA device;
+- fla's ``l2norm`` (a Triton kernel) is replaced by the same formula in torch; megatron-core's
+  ``deterministic_mode`` already runs the conv and the chunked delta rule in torch.
+The reference side is transformers' own model in a separate process without fla (its torch path),
+and the fp32 log-probs must agree to rounding: a wrong weight layout moves them by whole units.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SEQ = 70
+
+
+def _missing() -> str | None:
+    for mod, why in (("megatron.core", "megatron-core"), ("fla", "flash-linear-attention (fla-core)")):
+        try:
+            if importlib.util.find_spec(mod) is None:
+                return why
+        except ImportError:
+            return why
+    import transformers
+
+    if not hasattr(transformers, "Qwen3_5ForConditionalGeneration"):
+        return f"transformers {transformers.__version__} without qwen3_5"
+    return None
+
+
+def _hf_log_probs(hf: str, out: str) -> None:
+    """The reference, on transformers' torch path (fla's kernels need a GPU: keep it unimportable)."""
+    sys.modules["fla"] = None  # type: ignore[assignment]
+    import torch
+    import transformers
+
+    ref = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(hf, dtype=torch.float32).eval()
+    ids = torch.randint(1, 256, (1, SEQ), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        lp = torch.log_softmax(ref(input_ids=ids).logits.float(), -1)
+    torch.save({"ids": ids, "lp": lp}, out)
+
+
+def _megatron_log_probs(spec: str, hf: str, ref: str) -> dict:
+    import torch
+
+    torch.cuda.current_device = lambda: "cpu"  # fake 1 (module docstring)
+    import megatron.core.ssm.gated_delta_net.common as gdn_common
+
+    def l2norm(x, dim=-1, eps=1e-6):
+        return x * torch.rsqrt((x * x).sum(dim, keepdim=True) + eps)
+
+    gdn_common.l2norm = l2norm  # fake 2
+
+    from slime.backends.megatron import hf_mapping as hm
+    from slime.backends.megatron.model import (
+        HFReader,
+        build_model,
+        global_named_parameters,
+        init_parallel,
+        iter_hf_tensors,
+        load_hf_into,
+    )
+    from slime.model_spec import load_flags
+
+    flags = load_flags(spec)
+    init_parallel({}, backend="gloo")
+    model = build_model(flags, {}, cpu=True, init_weights=False, params_dtype=torch.float32,
+                        pipeline_dtype=torch.float32, bf16=False, deterministic_mode=True)
+    d = hm.dims_from_flags(flags)
+    names = [n for n, _ in global_named_parameters(model)]
+    reader = HFReader(hf)
+    load_hf_into(model, flags, reader.get)
+    exported = dict(iter_hf_tensors(model, flags))
+    saved = torch.load(ref)
+    ids, lp_hf = saved["ids"], saved["lp"]
+    with torch.no_grad():
+        logits = model(input_ids=ids, position_ids=torch.arange(SEQ)[None], attention_mask=None)
+    lp = torch.log_softmax(logits[..., : d.vocab].float(), -1)
+    diff = (lp - lp_hf).abs()
+    kinds = sorted({type(m).__name__ for m in model.modules()})
+    return {"names_match": sorted(names) == sorted(hm.iter_mcore_names(d)),
+            "export_bitwise": all(torch.equal(t, reader.get(k)) for k, t in exported.items()),
+            "exported": len(exported), "max_abs_dlogp": float(diff.max()), "mean_abs_dlogp": float(diff.mean()),
+            "modules": kinds}
+
+
+def test_megatron_hybrid_matches_transformers_qwen3_5_in_fp32(tmp_path):
+    missing = _missing()  # checked here, not at import: the reference process imports this file too
+    if missing:
+        pytest.skip(f"needs {missing}")
+    sys.path.insert(0, str(ROOT / "tools"))
+    import reference_models as rm
+
+    hf, spec = rm.build("qwen3_5", tmp_path / "ref", dtype="float32")
+    ref = tmp_path / "hf_lp.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    for args in (["hf", str(hf), str(ref)], ["megatron", str(spec), str(hf), str(ref)]):
+        # separate processes: each sets up its own fakes / process groups
+        r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=600, env=env,
+                           cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    print(res)
+    assert {"GatedDeltaNet", "SelfAttention", "OnePlusRMSNorm", "GatedOutputRMSNorm"} <= set(res["modules"])
+    assert res["names_match"] and res["export_bitwise"] and res["exported"] > 0
+    assert res["max_abs_dlogp"] < 1e-4, res
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "hf":
+        _hf_log_probs(sys.argv[2], sys.argv[3])
+    else:
+        print(json.dumps(_megatron_log_probs(*sys.argv[2:5])))
