@@ -3,8 +3,9 @@
 tensors included), Megatron vs HF forward log-probs of the same bf16 weights, and one GRPO step
 with KL 0 at step 1. Run with tools/run_gpu_tests.sh on the GPU machine.
 
-The Qwen3.5 hybrid needs transformers' ``qwen3_5`` classes and flash-linear-attention (``fla``,
-which megatron-core's GatedDeltaNet imports); without either its cases skip and say which."""
+GLM-5 (DSA) needs transformers' ``glm_moe_dsa`` classes; the Qwen3.5 hybrid needs the ``qwen3_5``
+classes and flash-linear-attention (``fla``, which megatron-core's GatedDeltaNet imports). Without
+them those cases skip and say which."""
 
 from __future__ import annotations
 
@@ -17,16 +18,17 @@ from gpu_helpers import ROOT, record, run_tool
 pytestmark = pytest.mark.gpu
 sys.path.insert(0, str(ROOT / "tools"))
 
-FAMILIES = ["glm4", "glm4_moe", "glm4_moe_lite", "deepseek_v3", "qwen3_5"]
+FAMILIES = ["glm4", "glm4_moe", "glm4_moe_lite", "deepseek_v3", "glm_moe_dsa", "qwen3_5"]
+_HF_CLASS = {"glm_moe_dsa": "GlmMoeDsaForCausalLM", "qwen3_5": "Qwen3_5ForConditionalGeneration"}
 
 
 def _skip_without_family_deps(family: str) -> None:
-    if family != "qwen3_5":
-        return
     import transformers
 
-    if not hasattr(transformers, "Qwen3_5ForConditionalGeneration"):
-        pytest.skip(f"transformers {transformers.__version__} has no qwen3_5 model classes")
+    if family in _HF_CLASS and not hasattr(transformers, _HF_CLASS[family]):
+        pytest.skip(f"transformers {transformers.__version__} has no {family} model classes")
+    if family != "qwen3_5":
+        return
     try:
         from megatron.core.ssm.gated_delta_net import HAVE_FLA
     except ImportError as exc:

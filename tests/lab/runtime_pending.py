@@ -12,7 +12,6 @@ PENDING = (
     # weight export from rank 0 alone: TP/PP > 1 is not wired into the Ray loop (slime/backends/megatron/capabilities.py)
     "with train.py: weight sync exports from trainer rank 0 alone",
     "needs Transformer Engine's ring attention",  # CP > 1
-    "--enable-dsa-indexer:",  # GLM-5's DSA indexer
 )
 
 

@@ -122,14 +122,10 @@ def test_moe_and_mla_specs_map_to_config_fields():
     spec = layer_spec_kwargs(flags)
     assert spec["multi_latent_attention"] is True and spec["num_experts"] == 256
     hm.require_mapped(flags)  # MoE + MLA + MTP (carried) are mapped
-    with pytest.raises(ModelArgsError, match="DSA indexer"):
-        hm.require_mapped(load_flags(ROOT / "scripts" / "models" / "glm5.2-744B-A40B.sh"))
 
 
 def test_specs_with_layers_not_built_yet_are_refused_by_name():
     transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / "glm4-9B.sh"))  # sandwich norms: built
-    with pytest.raises(ModelArgsError, match="--enable-dsa-indexer"):
-        transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / "glm5.2-744B-A40B.sh"))
     flags = load_flags(ROOT / "scripts" / "models" / "qwen3.5-27B.sh")
     with pytest.raises(ModelArgsError, match="--hybrid-linear-attention mamba2: this backend builds gated_delta_net"):
         transformer_config_kwargs({**flags, "hybrid_linear_attention": "mamba2"})
@@ -293,6 +289,27 @@ def test_tp_shards_merge_back_and_split_whole_groups():
     s1 = hm.shard_for_tp("x.linear_qkv.weight", qkv, 2, 1)
     assert torch.equal(s1, qkv[24:])  # rank 1 holds query group 1 whole (48 rows = 2 x (4q + k + v) x 4)
     assert all(len(x) == 16 for x in hm.split_qkv(s1, d, groups=1)[:1])
+
+
+def test_glm5_spec_gives_megatrons_dsa_fields():
+    """GLM-5's indexer reaches megatron-core's DSA variant as the published model computes it:
+    ReLU scores, interleaved rope, no Hadamard rotation, LayerNorm eps 1e-6 on the key, the
+    index shared every 4th layer from offset 3 (same formula, 1-based in megatron-core)."""
+    flags = load_flags(ROOT / "scripts" / "models" / "glm5.2-744B-A40B.sh")
+    hm.require_mapped(flags)
+    kw = transformer_config_kwargs(flags)
+    assert kw["experimental_attention_variant"] == "dsa" and kw["dsa_kernel_backend"] == "none"
+    assert (kw["dsa_indexer_n_heads"], kw["dsa_indexer_head_dim"], kw["dsa_indexer_topk"]) == (32, 128, 2048)
+    assert (kw["dsa_indexer_topk_freq"], kw["dsa_indexer_skip_topk_offset"]) == (4, 3)
+    assert kw["dsa_indexer_rope_interleaved"] and kw["dsa_indexer_scoring_relu"]
+    assert not kw["dsa_indexer_rotate_activation"] and kw["dsa_indexer_k_norm_epsilon"] == 1e-6
+    d = hm.dims_from_flags(flags)
+
+    def megatron_skips(n, off, freq):  # megatron-core's is_dsa_skip_topk_layer (1-based layer numbers)
+        return (max(n - max(off, 1), 0) % freq) != 0
+
+    assert d.dsa_pattern == tuple(int(not megatron_skips(i + 1, 3, 4)) for i in range(78))
+    assert d.dsa_pattern[:11] == (1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1)
 
 
 def _hybrid_dims():

@@ -164,7 +164,7 @@ def test_check_cli_prints_one_line_per_field_and_exits_1(refs, tmp_path):
 
 # --- HF <-> Megatron names and tensors (no megatron-core needed) -----------------------------------
 
-MAPPED = ["deepseek_v3", "glm4", "glm4_moe", "glm4_moe_lite", "qwen3_5"]
+MAPPED = ["deepseek_v3", "glm4", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "qwen3_5"]
 
 
 def _reader(hf):
@@ -207,14 +207,19 @@ def torch_equal(a, b):
     return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
 
 
-@pytest.mark.parametrize("family,words", [("glm_moe_dsa", "DSA indexer")])
-def test_families_not_built_yet_are_refused_by_name_before_reading_weights(refs, tmp_path, family, words):
-    hf, spec = refs[family]
-    out = tmp_path / "out"
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "convert_hf_to_torch_dist_megatron.py"),
-                        "--model-args", str(spec), "--hf-checkpoint", str(hf), "--save", str(out)],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and words in r.stderr and not out.exists(), r.stderr
+def test_only_the_computing_dsa_layers_map_an_indexer(refs):
+    """GLM-5's index sharing: a layer that reuses the previous top-k has no indexer weights, in the
+    checkpoint and in the Megatron model alike."""
+    from slime.backends.megatron import hf_mapping as hm
+
+    hf, spec = refs["glm_moe_dsa"]
+    d = hm.dims_from_flags(load_flags(spec))
+    cfg = json.loads((hf / "config.json").read_text())
+    assert d.dsa_pattern == tuple(int(t == "full") for t in cfg["indexer_types"]) == (1, 1, 0, 1, 0)
+    with_indexer = {int(n.split(".")[2]) for n in _reader(hf).keys() if ".indexer." in n}
+    assert with_indexer == {i for i, x in enumerate(d.dsa_pattern) if x}
+    mcore = {int(n.split(".")[2]) for n in hm.iter_mcore_names(d) if ".indexer." in n}
+    assert mcore == with_indexer
 
 
 def test_composite_qwen3_5_names_its_vision_and_mtp_tensors(refs):

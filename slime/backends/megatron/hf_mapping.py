@@ -22,6 +22,9 @@ Layouts (megatron-core local spec):
 - Qwen3.5's composite checkpoint keeps the text model under ``model.language_model.``.
 - Qwen3.5's gated attention: HF's ``q_proj`` holds, per head, the query rows then the output-gate
   rows; megatron's ``linear_qkv`` holds, per query group, ``[q heads, gate heads, k, v]``.
+- GLM-5's DSA indexer (on the layers that compute the index top-k): ``self_attn.indexer.{wq_b, wk,
+  k_norm, weights_proj}`` is ``self_attention.core_attention.indexer.{linear_wq_b, linear_wk,
+  k_norm, linear_weights_proj}``; replicated over TP.
 - Gated DeltaNet (megatron-core's ``GatedDeltaNet``): ``in_proj`` is
   ``cat([in_proj_qkv, in_proj_z, in_proj_b, in_proj_a])`` (sections q, k, v, z, beta, alpha);
   ``conv1d``, ``A_log``, ``dt_bias`` and ``out_proj`` keep their names, ``out_norm`` is ``norm``.
@@ -72,6 +75,7 @@ class Dims:
     linear_qk_dim: int = 0  # key heads x key head dim
     linear_v_dim: int = 0  # value heads x value head dim
     linear_v_heads: int = 0
+    dsa_pattern: tuple[int, ...] = ()  # 1 = the layer computes the DSA index top-k (holds an indexer)
 
     @property
     def q_per_group(self) -> int:
@@ -79,6 +83,9 @@ class Dims:
 
     def is_moe_layer(self, i: int) -> bool:
         return bool(self.experts) and bool(self.moe_pattern[i])
+
+    def has_indexer(self, i: int) -> bool:
+        return bool(self.dsa_pattern) and bool(self.dsa_pattern[i])
 
     def is_linear_layer(self, i: int) -> bool:
         return bool(self.linear_pattern) and bool(self.linear_pattern[i])
@@ -105,7 +112,8 @@ def dims_from_flags(flags: Mapping) -> Dims:
                 linear_pattern=s.linear_layer_pattern,
                 linear_qk_dim=s.linear_num_key_heads * s.linear_key_head_dim,
                 linear_v_dim=s.linear_num_value_heads * s.linear_value_head_dim,
-                linear_v_heads=s.linear_num_value_heads)
+                linear_v_heads=s.linear_num_value_heads,
+                dsa_pattern=tuple(int(s.dsa_computes_index(i)) for i in range(s.layers)) if s.dsa else ())
 
 
 def require_mapped(flags: Mapping) -> None:
@@ -114,8 +122,8 @@ def require_mapped(flags: Mapping) -> None:
 
     missing = unsupported_flags(flags)
     if missing:
-        raise ModelArgsError("HF <-> Megatron covers GLM-4 dense, GLM-4.x MoE (GQA and MLA), DeepSeek-V3 and "
-                             "the Qwen3.5 hybrid; not built yet: " + "; ".join(missing))
+        raise ModelArgsError("HF <-> Megatron covers GLM-4 dense, GLM-4.x MoE (GQA and MLA), DeepSeek-V3, GLM-5 "
+                             "(DSA) and the Qwen3.5 hybrid (Gated DeltaNet); not built: " + "; ".join(missing))
 
 
 require_dense = require_mapped  # the name earlier callers use
@@ -187,6 +195,13 @@ _ATTN_GDN = {
     "self_attention.out_norm.weight": ["linear_attn.norm.weight"],
     "self_attention.out_proj.weight": ["linear_attn.out_proj.weight"],
 }
+_INDEXER = {
+    "self_attention.core_attention.indexer.linear_wq_b.weight": ["self_attn.indexer.wq_b.weight"],
+    "self_attention.core_attention.indexer.linear_wk.weight": ["self_attn.indexer.wk.weight"],
+    "self_attention.core_attention.indexer.k_norm.weight": ["self_attn.indexer.k_norm.weight"],
+    "self_attention.core_attention.indexer.k_norm.bias": ["self_attn.indexer.k_norm.bias"],
+    "self_attention.core_attention.indexer.linear_weights_proj.weight": ["self_attn.indexer.weights_proj.weight"],
+}
 _COMMON = {
     "input_layernorm.weight": ["input_layernorm.weight"],
     "self_attention.linear_qkv.layer_norm_weight": ["input_layernorm.weight"],
@@ -234,7 +249,7 @@ def hf_names_for(mcore_name: str, d: Dims) -> list[str]:
     if d.fused_gate_up and rest == "mlp.linear_fc1.weight":
         return [p + "mlp.gate_up_proj.weight"]
     table = _ATTN_GDN if d.is_linear_layer(i) else _ATTN_MLA if d.mla else _ATTN_GQA
-    hf = table.get(rest) or _COMMON.get(rest)
+    hf = table.get(rest) or _COMMON.get(rest) or (_INDEXER.get(rest) if d.has_indexer(i) else None)
     if hf is None:
         raise KeyError(f"no HF name for megatron parameter {mcore_name!r}")
     return [p + x for x in hf]
@@ -256,6 +271,8 @@ def iter_mcore_names(d: Dims) -> Iterator[str]:
                 yield p + "self_attention.linear_q_proj.weight"
             yield from (p + "self_attention." + x for x in ("linear_kv_down_proj.weight", "kv_layernorm.weight",
                                                              "linear_kv_up_proj.weight"))
+            if d.has_indexer(i):
+                yield from (p + n for n in _INDEXER)
         if not d.is_linear_layer(i) and not d.mla:
             yield p + "self_attention.linear_qkv.weight"
             if d.qkv_bias:

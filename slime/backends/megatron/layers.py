@@ -13,11 +13,16 @@
   (it asks for TE's fused norm+linear), so the same modules are assembled here from local
   linears; the (1+w) RMSNorm of these checkpoints is :class:`OnePlusRMSNorm` (megatron-core's
   local norm refuses ``layernorm_zero_centered_gamma``), and the GDN output norm keeps a plain
-  weight (:class:`GatedOutputRMSNorm`), as the checkpoint's does.
+  weight (:class:`GatedOutputRMSNorm`), as the checkpoint's does;
+- GLM-5 (DSA): megatron-core's ``AbsorbedMLASelfAttention`` with its ``DSAttention`` core and
+  ``DSAIndexer`` on the layers that compute the index top-k (the others reuse it), assembled from
+  local linears for the same reason; the indexer's projections are replicated over TP
+  (:class:`DuplicatedLinear`).
 """
 
 from __future__ import annotations
 
+import copy
 from functools import partial
 from typing import Any, Mapping
 
@@ -146,6 +151,53 @@ def hybrid_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp_
     return TransformerBlockSubmodules(layer_specs=specs, layer_norm=norm)
 
 
+class DuplicatedLinear(torch.nn.Module):
+    """A linear layer replicated on every TP rank, with megatron's ``(output, bias)`` return (what
+    the DSA indexer asks of Transformer Engine's ``TELinear(parallel_mode="duplicated")``)."""
+
+    def __init__(self, input_size: int, output_size: int, *, config, init_method=None, bias: bool = False,
+                 **_unused):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(output_size, input_size, dtype=config.params_dtype))
+        if config.perform_initialization and init_method is not None:
+            init_method(self.weight)
+        self.bias = torch.nn.Parameter(torch.zeros(output_size, dtype=config.params_dtype)) if bias else None
+
+    def forward(self, x: torch.Tensor):
+        return torch.nn.functional.linear(x, self.weight, self.bias), None
+
+
+def dsa_attention_spec(config) -> ModuleSpec:
+    """Absorbed MLA with DeepSeek sparse attention (megatron-core's modules, local linears)."""
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.experimental_attention_variant.absorbed_mla import (
+        AbsorbedMLASelfAttention,
+        AbsorbedMLASelfAttentionSubmodules,
+    )
+    from megatron.core.transformer.experimental_attention_variant.dsa import (
+        DSAIndexer,
+        DSAIndexerSubmodules,
+        DSAttention,
+        DSAttentionSubmodules,
+    )
+    from megatron.core.transformer.identity_op import IdentityOp
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    indexer = ModuleSpec(module=DSAIndexer, submodules=DSAIndexerSubmodules(
+        linear_wq_b=DuplicatedLinear, linear_wk=DuplicatedLinear, k_norm=WrappedTorchNorm,
+        linear_weights_proj=DuplicatedLinear))
+    qk_norm = WrappedTorchNorm if config.qk_layernorm else IdentityOp
+    return ModuleSpec(
+        module=AbsorbedMLASelfAttention, params={"attn_mask_type": AttnMaskType.causal},
+        submodules=AbsorbedMLASelfAttentionSubmodules(
+            linear_q_proj=ColumnParallelLinear, linear_q_down_proj=ColumnParallelLinear,
+            linear_q_up_proj=ColumnParallelLinear, linear_kv_down_proj=ColumnParallelLinear,
+            linear_kv_up_proj=ColumnParallelLinear,
+            core_attention=ModuleSpec(module=DSAttention, submodules=DSAttentionSubmodules(indexer=indexer)),
+            linear_proj=RowParallelLinear, q_layernorm=qk_norm, kv_layernorm=qk_norm))
+
+
 def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp_stage: int | None = None):
     """megatron-core's local decoder block spec for this pipeline stage (dense / MoE layers per
     ``--moe-layer-freq``), core attention swapped and GLM-4's sandwich norms added; the hybrid
@@ -156,6 +208,10 @@ def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp
 
     if getattr(config, "experimental_attention_variant", None) == "gated_delta_net":
         return hybrid_block_spec(flags, config, core_attention, vp_stage)
+    dsa = getattr(config, "experimental_attention_variant", None) == "dsa"
+    if dsa:  # the block helper refuses attention variants; it only reads the layer pattern here
+        config = copy.copy(config)
+        config.experimental_attention_variant = None
     block = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
                                        normalization=str(flags.get("normalization", "LayerNorm")), vp_stage=vp_stage)
     seen: set[int] = set()
@@ -163,7 +219,9 @@ def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp
         if id(spec) in seen:  # the dense and the MoE spec are shared objects: patch each once
             continue
         seen.add(id(spec))
-        if core_attention is not None:
+        if dsa:
+            spec.submodules.self_attention = dsa_attention_spec(config)  # its own (sparse) core attention
+        elif core_attention is not None:
             spec.submodules.self_attention.submodules.core_attention = core_attention
         if _bool(flags, "post_self_attn_layernorm") or _bool(flags, "post_mlp_layernorm"):
             _sandwich(spec)

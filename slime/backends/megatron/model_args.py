@@ -45,11 +45,9 @@ def _require(flags: Mapping[str, Any], *keys: str) -> None:
 
 # --- what this backend builds ------------------------------------------------------------------
 
-# Flags the spec files use that this backend does not build yet (GLM-5's DSA indexer). Refused
-# with the reason rather than silently building a different network.
-UNSUPPORTED = {
-    "enable_dsa_indexer": "the DSA indexer (GLM-5) needs megatron-core's dsa attention variant, not built here yet",
-}
+# Flags the spec files use that this backend does not build yet. Refused with the reason rather
+# than silently building a different network (empty today: every seeded family is built).
+UNSUPPORTED: dict[str, str] = {}
 
 # The linear-attention variants this backend builds (megatron-core's experimental_attention_variant).
 LINEAR_ATTENTION_VARIANTS = ("gated_delta_net",)
@@ -188,6 +186,23 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
         for key in ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
                     "linear_num_key_heads", "linear_num_value_heads"):
             kw[key] = _int(flags, key)
+    if _bool(flags, "enable_dsa_indexer"):
+        # GLM-5's sparse attention: megatron-core's DSA indexer on absorbed MLA. The published
+        # indexer scores with ReLU, ropes its first dims interleaved and has no Hadamard rotation;
+        # its key norm is a LayerNorm with eps 1e-6. No indexer loss in RL (the indexer is not
+        # trained by the policy loss, as in the reference recipes), no fused kernels.
+        _require(flags, "multi_latent_attention", "index_n_heads", "index_head_dim", "index_topk")
+        kw["experimental_attention_variant"] = "dsa"
+        kw["dsa_indexer_n_heads"] = _int(flags, "index_n_heads")
+        kw["dsa_indexer_head_dim"] = _int(flags, "index_head_dim")
+        kw["dsa_indexer_topk"] = _int(flags, "index_topk")
+        kw["dsa_indexer_topk_freq"] = _int(flags, "index_topk_freq", 1)
+        kw["dsa_indexer_skip_topk_offset"] = _int(flags, "index_skip_topk_offset", 0)
+        kw["dsa_indexer_rope_interleaved"] = True
+        kw["dsa_indexer_rotate_activation"] = False
+        kw["dsa_indexer_scoring_relu"] = True
+        kw["dsa_indexer_k_norm_epsilon"] = 1e-6
+        kw["dsa_kernel_backend"] = "none"
     if is_mla(flags):
         _require(flags, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
         kw["q_lora_rank"] = _int(flags, "q_lora_rank")  # None: no q compression

@@ -1,17 +1,20 @@
-"""The Qwen3.5 hybrid built by the Megatron backend (megatron-core's GatedDeltaNet and gated
-attention, layers.py) computes what transformers' Qwen3.5 computes, on a CPU.
+"""The Qwen3.5 hybrid (megatron-core's GatedDeltaNet and gated attention) and GLM-5 (megatron-core's
+DSA indexer on absorbed MLA) built by the Megatron backend (layers.py) compute what transformers'
+own models compute, on a CPU, from the tiny reference checkpoints.
 
 Runs where megatron-core and flash-linear-attention import (megatron-core's GatedDeltaNet refuses
-to build without ``fla``); skips elsewhere, saying which is missing. The GPU tests
-(tests/gpu/test_families_gpu.py) check the same model with fla's kernels in bf16.
+to build without ``fla``, and importing megatron-core needs triton); skips elsewhere, saying which
+is missing. The GPU tests (tests/gpu/test_families_gpu.py) check the same models in bf16.
 
-Two fakes stand in for what a CPU cannot run, both named here:
-- ``torch.cuda.current_device`` returns ``"cpu"``: GatedDeltaNet allocates its conv / A_log /
-  dt_bias parameters on the current CUDA device;
-- fla's ``l2norm`` (a Triton kernel) is replaced by the same formula in torch; megatron-core's
-  ``deterministic_mode`` already runs the conv and the chunked delta rule in torch.
-The reference side is transformers' own model in a separate process without fla (its torch path),
-and the fp32 log-probs must agree to rounding: a wrong weight layout moves them by whole units.
+What a CPU cannot run is replaced, each named here:
+- fake: ``torch.cuda.current_device`` returns ``"cpu"`` (GatedDeltaNet allocates its conv, A_log
+  and dt_bias on the current CUDA device);
+- fake: fla's ``l2norm`` (a Triton kernel) is the same formula in torch; megatron-core's
+  ``deterministic_mode`` already runs the DeltaNet's conv and chunked delta rule in torch;
+- setting: the MoE layers use the allgather token dispatcher without variable lengths (the
+  alltoall one opens CUDA streams); routing is per token, so the result is the same.
+The reference side is transformers' model in a separate process on its torch path, and the fp32
+log-probs must agree to rounding: a wrong weight layout moves them by whole units.
 """
 
 from __future__ import annotations
@@ -29,7 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SEQ = 70
 
 
-def _missing() -> str | None:
+# family -> (transformers class, megatron config overrides besides fp32, max |Δ log-prob|)
+CASES = {
+    "qwen3_5": ("Qwen3_5ForConditionalGeneration", {"deterministic_mode": True}, 1e-4),
+    # fp32 sigmoid routing over 8 experts: near-equal scores may order differently, hence 1e-3
+    "glm_moe_dsa": ("GlmMoeDsaForCausalLM", {"moe_token_dispatcher_type": "allgather",
+                                             "variable_seq_lengths": False}, 1e-3),
+}
+
+
+def _missing(family: str) -> str | None:
     for mod, why in (("megatron.core", "megatron-core"), ("fla", "flash-linear-attention (fla-core)")):
         try:
             if importlib.util.find_spec(mod) is None:
@@ -38,25 +50,26 @@ def _missing() -> str | None:
             return why
     import transformers
 
-    if not hasattr(transformers, "Qwen3_5ForConditionalGeneration"):
-        return f"transformers {transformers.__version__} without qwen3_5"
+    if not hasattr(transformers, CASES[family][0]):
+        return f"transformers {transformers.__version__} without {family}"
     return None
 
 
-def _hf_log_probs(hf: str, out: str) -> None:
+def _hf_log_probs(family: str, hf: str, out: str) -> None:
     """The reference, on transformers' torch path (fla's kernels need a GPU: keep it unimportable)."""
     sys.modules["fla"] = None  # type: ignore[assignment]
     import torch
     import transformers
 
-    ref = transformers.Qwen3_5ForConditionalGeneration.from_pretrained(hf, dtype=torch.float32).eval()
+    cls = getattr(transformers, CASES[family][0])
+    ref = cls.from_pretrained(hf, dtype=torch.float32, attn_implementation="eager").eval()
     ids = torch.randint(1, 256, (1, SEQ), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         lp = torch.log_softmax(ref(input_ids=ids).logits.float(), -1)
     torch.save({"ids": ids, "lp": lp}, out)
 
 
-def _megatron_log_probs(spec: str, hf: str, ref: str) -> dict:
+def _megatron_log_probs(family: str, spec: str, hf: str, ref: str) -> dict:
     import torch
 
     torch.cuda.current_device = lambda: "cpu"  # fake 1 (module docstring)
@@ -81,7 +94,7 @@ def _megatron_log_probs(spec: str, hf: str, ref: str) -> dict:
     flags = load_flags(spec)
     init_parallel({}, backend="gloo")
     model = build_model(flags, {}, cpu=True, init_weights=False, params_dtype=torch.float32,
-                        pipeline_dtype=torch.float32, bf16=False, deterministic_mode=True)
+                        pipeline_dtype=torch.float32, bf16=False, **CASES[family][1])
     d = hm.dims_from_flags(flags)
     names = [n for n, _ in global_named_parameters(model)]
     reader = HFReader(hf)
@@ -100,30 +113,33 @@ def _megatron_log_probs(spec: str, hf: str, ref: str) -> dict:
             "modules": kinds}
 
 
-def test_megatron_hybrid_matches_transformers_qwen3_5_in_fp32(tmp_path):
-    missing = _missing()  # checked here, not at import: the reference process imports this file too
+@pytest.mark.parametrize("family", sorted(CASES))
+def test_megatron_model_matches_transformers_in_fp32(tmp_path, family):
+    missing = _missing(family)  # checked here, not at import: the reference process imports this file too
     if missing:
         pytest.skip(f"needs {missing}")
     sys.path.insert(0, str(ROOT / "tools"))
     import reference_models as rm
 
-    hf, spec = rm.build("qwen3_5", tmp_path / "ref", dtype="float32")
+    hf, spec = rm.build(family, tmp_path / "ref", dtype="float32")
     ref = tmp_path / "hf_lp.pt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    for args in (["hf", str(hf), str(ref)], ["megatron", str(spec), str(hf), str(ref)]):
+    for args in (["hf", family, str(hf), str(ref)], ["megatron", family, str(spec), str(hf), str(ref)]):
         # separate processes: each sets up its own fakes / process groups
         r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, timeout=600, env=env,
                            cwd=ROOT)
         assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     print(res)
-    assert {"GatedDeltaNet", "SelfAttention", "OnePlusRMSNorm", "GatedOutputRMSNorm"} <= set(res["modules"])
+    built = {"qwen3_5": {"GatedDeltaNet", "SelfAttention", "OnePlusRMSNorm", "GatedOutputRMSNorm"},
+             "glm_moe_dsa": {"AbsorbedMLASelfAttention", "DSAttention", "DSAIndexer", "MoELayer"}}[family]
+    assert built <= set(res["modules"]), res["modules"]
     assert res["names_match"] and res["export_bitwise"] and res["exported"] > 0
-    assert res["max_abs_dlogp"] < 1e-4, res
+    assert res["max_abs_dlogp"] < CASES[family][2], res
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "hf":
-        _hf_log_probs(sys.argv[2], sys.argv[3])
+        _hf_log_probs(*sys.argv[2:5])
     else:
-        print(json.dumps(_megatron_log_probs(*sys.argv[2:5])))
+        print(json.dumps(_megatron_log_probs(*sys.argv[2:6])))
