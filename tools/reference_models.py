@@ -109,7 +109,9 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "glm_moe_dsa": {
         "real": "glm5.2-744B-A40B.sh",
         # index sharing every 2nd layer from offset 2 (layers 0, 1, 3 compute; 2 and 4 reuse): the
-        # real freq-4 / offset-3 pattern needs 7+ layers, the same code path at 5.
+        # real freq-4 / offset-3 pattern needs 7+ layers, the same code path at 5. 16 indexer heads
+        # (the real model has 32): with few heads a key's ReLU'd score is exactly 0 for every head
+        # often enough that tied keys make the top-k depend on tie order (packing, kernel).
         "config": ("GlmMoeDsaConfig", dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                                            moe_intermediate_size=32, num_hidden_layers=5, num_attention_heads=4,
                                            num_key_value_heads=4, n_shared_experts=1, n_routed_experts=8,
@@ -117,13 +119,13 @@ FAMILIES: dict[str, dict[str, Any]] = {
                                            qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
                                            num_experts_per_tok=2, first_k_dense_replace=1, rms_norm_eps=1e-5,
                                            tie_word_embeddings=False, index_topk=8, index_head_dim=16,
-                                           index_n_heads=4, index_topk_freq=2, index_skip_topk_offset=2,
+                                           index_n_heads=16, index_topk_freq=2, index_skip_topk_offset=2,
                                            num_nextn_predict_layers=1,
                                            rope_parameters={"rope_theta": 8000000.0, "rope_type": "default"})),
         "spec": ["--num-layers 5", "--hidden-size 64", "--ffn-hidden-size 128", "--num-attention-heads 4",
                  "--qk-layernorm", "--norm-epsilon 1e-5", "--position-embedding-type rope", "--rotary-base 8000000",
                  "--multi-latent-attention", "--q-lora-rank 32", "--kv-lora-rank 16", "--qk-head-dim 16",
-                 "--qk-pos-emb-head-dim 8", "--v-head-dim 16", "--enable-dsa-indexer", "--index-n-heads 4",
+                 "--qk-pos-emb-head-dim 8", "--v-head-dim 16", "--enable-dsa-indexer", "--index-n-heads 16",
                  "--index-head-dim 16", "--index-topk 8", "--index-topk-freq 2", "--index-skip-topk-offset 2",
                  "--num-experts 8", "--moe-router-topk 2", "--moe-ffn-hidden-size 32",
                  "--moe-shared-expert-intermediate-size 32", '--moe-layer-freq "[0]*1+[1]*4"',
