@@ -298,8 +298,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     serving_ckpt = pr.rollout in ("fp8", "int4")
     g.add("--hf-checkpoint", Var("SERVING_CHECKPOINT" if serving_ckpt else "HF_CHECKPOINT"))
     g.add("--ref-load", Var("REF_LOAD"))
-    if exp.paths.load:
-        g.add("--load", Var("LOAD_DIR"))
+    # --load is appended after the array from LOAD_DIR (the template): a hand edit of LOAD_DIR resumes
     g.add("--save", Var("SAVE_DIR"))
     _declared(g, exp, data, "paths.save_interval")
     g.add("--output-dir", Var("OUTPUT_DIR"))

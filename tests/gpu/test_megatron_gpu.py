@@ -194,6 +194,35 @@ def test_grpo_step_with_embedded_engine_kl_zero_then_sync(tiny, converted, tmp_p
     record("train_checkpoint_roundtrip", "save/load and torch_dist->HF identical")
 
 
+def _adam_states(tr):
+    inner = [o.optimizer for o in (getattr(tr.optimizer, "chained_optimizers", None) or [tr.optimizer])]
+    return [(float(st["step"]), st["exp_avg"].clone(), st["exp_avg_sq"].clone())
+            for opt in inner for g in opt.param_groups for p in g["params"] for st in [opt.state[p]]]
+
+
+def test_resume_loads_into_a_fresh_trainer_with_its_adam_state(tiny, converted, tmp_path):
+    """`--load` builds a new trainer and loads before its first step (a fresh optimizer has no Adam
+    state yet): the weights and the optimizer's moments and step come back exactly."""
+    import torch
+
+    tr = _trainer(tiny, converted, lr=1e-3)
+    records = _records(8, [12, 7, 20, 5], prompt_len=2)
+    for i, r in enumerate(records):
+        r.advantage = 1.0 if i % 2 else -1.0
+    tr.train(records, 1)
+    tr.train(records, 1)
+    saved = {k: v.clone() for b in tr.export_hf_weights() for k, v in b}
+    states = _adam_states(tr)
+    tr.save(tmp_path / "ckpt")
+    fresh = _trainer(tiny, tmp_path / "ckpt", lr=1e-3)  # ModelConfig(load=...): the resume path
+    loaded = {k: v for b in fresh.export_hf_weights() for k, v in b}
+    assert set(loaded) == set(saved) and all(torch.equal(loaded[k], saved[k]) for k in saved)
+    again = _adam_states(fresh)
+    assert len(again) == len(states) and states[0][0] == 2.0
+    assert all(a[0] == b[0] and torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(states, again))
+    record("resume_fresh_trainer", {"params": len(states), "adam_step": states[0][0]})
+
+
 def test_cpu_adam_offload_trains(tiny, converted):
     """--optimizer-cpu-offload: Adam states and step on the CPU (megatron's HybridDeviceOptimizer)."""
     import torch

@@ -456,6 +456,26 @@ class MegatronTrainer:
             write_tracker(save_dir, it)
         return out
 
+    def _materialise_optimizer_state(self) -> None:
+        """Give every parameter of a fresh optimizer an Adam state (zeros, step 0) before a load.
+
+        Resuming builds a new trainer and loads into it before its first step. megatron-core's
+        distributed optimizer (torch Adam, without Apex/TE) reads each parameter's ``step`` while it
+        describes the state to load into, and a fresh optimizer has none: it asserts. Megatron-LM
+        fills such slots with a dummy step; here they are zeros, which the load then overwrites."""
+        for opt in getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]:
+            inner = getattr(opt, "optimizer", None)
+            if inner is None:
+                continue
+            for group in inner.param_groups:
+                on_device = bool(group.get("fused") or group.get("capturable"))
+                for p in group["params"]:
+                    st = inner.state[p]
+                    if "step" not in st:
+                        st["step"] = torch.zeros((), dtype=torch.float32, device=p.device if on_device else "cpu")
+                    st.setdefault("exp_avg", torch.zeros_like(p, memory_format=torch.preserve_format))
+                    st.setdefault("exp_avg_sq", torch.zeros_like(p, memory_format=torch.preserve_format))
+
     def load(self, load_dir: str | Path, with_optimizer: bool | None = None) -> None:
         from megatron.core import dist_checkpointing
 
@@ -465,6 +485,7 @@ class MegatronTrainer:
         model_sd = mm.unwrap(self.model).sharded_state_dict()
         request: dict[str, Any] = {"model": model_sd}
         if with_optimizer:
+            self._materialise_optimizer_state()
             request["optimizer"] = self.optimizer.sharded_state_dict(model_sd, is_loading=True,
                                                                      metadata=OPTIM_CKPT_METADATA)
         state = dist_checkpointing.load(request, str(ckpt))
