@@ -518,6 +518,7 @@ _R = declare("args", {
     "sc_estimator": "--use-sc with --advantage-estimator {estimator}: SC centres importance-weighted scores within "
                     "each group of --n-samples-per-prompt and trains with plain REINFORCE; use grpo or dr_grpo",
     "sc_kl_coef": "--use-sc with --kl-coef {kl_coef}: SC puts no KL in the reward; use --use-kl-loss --kl-loss-coef",
+    "sc_clip": "--use-sc truncates the sequence ratio at --tis-clip {clip}, which must be > 0",
     "sc_one_sample": "--use-sc with --n-samples-per-prompt 1: a group of one sample is its own mean, so every "
                      "advantage is 0; use n >= 2",
     "eval_data": "--eval-interval needs --eval-prompt-data NAME PATH",
@@ -733,6 +734,8 @@ def _sc_errors(cfg: Config) -> list[str]:
         e.append(_R("sc_kl_coef", kl_coef=loss.kl_coef))
     if cfg.rollout.n_samples_per_prompt == 1:
         e.append(_R("sc_one_sample"))
+    if loss.tis_clip <= 0:
+        e.append(_R("sc_clip", clip=loss.tis_clip))
     return e
 
 
