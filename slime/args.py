@@ -579,7 +579,7 @@ _R = declare("args", {
                              "--dynamic-sampling-filter-path / --partial-rollout: per-group submission, abort and "
                              "continuation go through the built-in generation only; drop the generate hook or these flags",
     "queue_pair": "straw queue: give both --rollout-queue-dir DIR and --rollout-queue-run-id ID",
-    "queue_run_id": "--rollout-queue-run-id {run_id!r}: use letters, digits, '.', '_' and '-' only",
+    "queue_run_id": "--rollout-queue-run-id {run_id!r}: use letters, digits, dots, underscores and hyphens only",
     # warnings()
     "warn_partial_no_over": "PRT-1: --partial-rollout without --over-sampling-batch-size > --rollout-batch-size or a "
                             "dynamic filter: nothing is still in flight when a rollout reaches its target, so nothing "
