@@ -85,3 +85,13 @@ def test_every_refusal_the_lab_shows_for_a_recipe_has_a_worded_code(recipe):
     shown = [f for f in validate(exp) if f.id == "RUNTIME" and f.message_id in ("RUNTIME.error", "RUNTIME.warning")]
     assert shown
     assert all(isinstance(f.params["text"], dict) for f in shown), [f.params["reason"] for f in shown]
+
+
+def test_the_code_registry_imports_neither_torch_nor_ray():
+    import subprocess
+    import sys
+
+    probe = ("import sys; from slime.refusals import all_codes; all_codes(); "
+             "print(sorted(m for m in ('torch', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
