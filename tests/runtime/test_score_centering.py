@@ -85,3 +85,13 @@ def test_embedded_trainer_trains_sc_advantages_from_its_own_old_log_probs(tiny):
     want = [s[i] - (s[2 * (i // 2)] + s[2 * (i // 2) + 1]) / 2 for i in range(4)]
     assert [r.advantage for r in recs] == pytest.approx(want, abs=1e-5)
     assert metrics["train/pg_clipfrac"] == 0.0  # REINFORCE: no ratio clipping
+
+
+def test_records_carry_the_reward_and_group_sc_needs():
+    from slime.data.sample import Sample
+    from slime.data.train_data import build_records
+
+    s = [Sample(i, i // 2, "p", [5, 6], reward=float(i), response_tokens=[7], rollout_log_probs=[-1.0])
+         for i in range(4)]
+    recs = build_records(s, 2, 2, "grpo", True, True)
+    assert [(r.reward, r.group) for r in recs] == [(0.0, 0), (1.0, 0), (2.0, 1), (3.0, 1)]
