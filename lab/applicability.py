@@ -21,7 +21,7 @@ def folded_fields(exp: Experiment, recipe_kind: str | None, named_by_findings: I
         (not ro.queue, ("rollout.queue_run_id", "rollout.queue_state_dir")),
         (r.pp == 1, ("resources.pp_first_stage_layers", "resources.pp_last_stage_layers")),
         (recipe_kind != "hybrid", ("precision.recurrent_state_dtype", "precision.state_kv_ratio")),
-        (not c.tis, ("corrections.tis_clip",)),
+        (not (c.tis or c.sc), ("corrections.tis_clip",)),
         (not c.icepop, ("corrections.icepop_low", "corrections.icepop_high")),
         (not s.pd.enabled, ("serving.pd.prefill_engines", "serving.pd.decode_engines", "serving.pd.rdma_devices")),
         (not s.hicache.enabled, ("serving.hicache.host_memory_gb",)),

@@ -164,6 +164,7 @@ class LossConfig:
     normalize_advantages: bool = False  # whiten token advantages over the rollout
     kl_coef: float = 0.0  # KL in the reward (reinforce_plus_plus*): -kl_coef * KL_t per token
     max_response_len: int = 1024  # Dr. GRPO's constant normalizer (--rollout-max-response-len)
+    use_sc: bool = False  # SC: centred importance-weighted scores, plain REINFORCE (--use-sc)
 
     @property
     def needs_ref(self) -> bool:

@@ -346,7 +346,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
 
     g = FlagGroup("Train/rollout mismatch corrections")
     _declared(g, exp, data, "corrections.tis")
-    if c.tis:
+    if c.tis or c.sc:  # SC truncates its sequence ratio at --tis-clip too
         g.add("--tis-clip", _fmt_num(c.tis_clip))
     _declared(g, exp, data, "corrections.icepop")
     if c.icepop:

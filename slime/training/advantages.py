@@ -1,4 +1,5 @@
-"""Token-level advantages: KL in the reward (``--kl-coef``) and ``--normalize-advantages``.
+"""Advantages that need the trainer's log-probs: SC (``--use-sc``), KL in the reward
+(``--kl-coef``) and ``--normalize-advantages``.
 
 Sample-level advantages come from :mod:`slime.data.batch_builder` (group normalization, the
 numbers the lab shows). Two things need token-level values that only the trainer can compute,
@@ -12,6 +13,11 @@ because they need the trainer's old and reference log-probs:
   Group-relative estimators (grpo, dr_grpo, gspo, cispo) take no KL in the reward: their
   baseline is the group, and ``validate()`` refuses ``--kl-coef`` with them (use
   ``--use-kl-loss``).
+- ``--use-sc`` (score centering, docs/en/corrections.md#sc-score-centering-with-reinforce)
+  replaces each sample's advantage by ``A_i = s_i - mean_group(s)`` with ``s_i = w_i r_i`` and
+  ``w_i = min(exp(sum_t (log pi_old - log pi_rollout)), C)`` over the sample's loss tokens, the
+  sequence ratio truncated at ``C = --tis-clip``; the loss is then plain REINFORCE
+  (``slime.training.loss``, policy loss ``reinforce``). Group sums add over data-parallel ranks.
 - ``--normalize-advantages`` whitens every loss token's advantage over the whole rollout (all
   data-parallel ranks): ``(a - mean) / sqrt(var + 1e-8)``, mean and unbiased variance taken over
   loss tokens.
@@ -41,6 +47,37 @@ def kl_value(d: float, kl_type: str) -> float:
         d = min(max(d, -20.0), 20.0)
         return min(max(math.exp(-d) - 1.0 + d, -10.0), 10.0)
     raise ValueError(f"unknown kl type {kl_type!r}; known: k1, k2, k3, low_var_kl")
+
+
+def sc_advantages(rewards: Sequence[float], groups: Sequence[int], num_groups: int,
+                  masks: Sequence[Sequence[float]], olds: Sequence[Sequence[float]],
+                  rollouts: Sequence[Sequence[float]], clip: float,
+                  reduce_sums: Callable[[list[float]], list[float]] | None = None) -> list[float]:
+    """SC advantages of this rank's samples (module docstring). ``groups[i]`` is sample i's group
+    in the rollout (``0 <= g < num_groups``); ``reduce_sums`` adds the per-group sums of ``s`` and
+    the counts over data-parallel ranks, so a group split over ranks gets one mean.
+
+    Derivation: for y ~ pi_rollout, ``E[w(y) r(y) grad log pi(y)] = E_pi[r grad log pi]``, the
+    on-policy gradient; subtracting the group mean of s is a baseline. Assumptions: (1) the
+    baseline is unbiased only when pi_old ~ pi_rollout (it is not importance-weighted itself);
+    (2) the group mean includes y_i, which shrinks each advantage by (n-1)/n, like GRPO; (3) the
+    truncation at C trades a downward bias on over-represented samples for bounded variance; a
+    sequence ratio is a product of token ratios, so keep C small.
+    """
+    if clip <= 0:
+        raise ValueError(f"--use-sc truncates the sequence ratio at --tis-clip {clip}, which must be > 0")
+    log_clip = math.log(clip)
+    scores = []
+    for reward, mask, old, rollout in zip(rewards, masks, olds, rollouts):
+        log_ratio = math.fsum(o - r for o, r, m in zip(old, rollout, mask) if m)
+        scores.append(math.exp(min(log_ratio, log_clip)) * float(reward))  # min(exp(x), C) without overflow
+    sums = [0.0] * (2 * num_groups)  # [sum of s per group..., count per group...]
+    for g, s in zip(groups, scores):
+        sums[g] += s
+        sums[num_groups + g] += 1.0
+    if reduce_sums is not None:
+        sums = reduce_sums(sums)
+    return [s - sums[g] / sums[num_groups + g] for g, s in zip(groups, scores)]
 
 
 def needs_token_advantages(estimator: str, kl_coef: float, normalize_advantages: bool) -> bool:

@@ -246,3 +246,23 @@ def test_cpu_adam_offload_trains(tiny, converted):
     record("cpu_adam_offload", {"changed_tensors": f"{changed}/{len(before)}", "grad_norm": m.get("train/grad_norm"),
                                 "optimizer": type(tr.optimizer).__name__})
     assert changed > len(before) // 2
+
+
+def test_megatron_trains_sc_advantages_from_its_own_old_log_probs(tiny, converted):
+    """--use-sc: each record's advantage is its centred importance-weighted reward, computed from
+    the Megatron trainer's own old log-probs (slime/training/advantages.py); REINFORCE, no clipping."""
+    import math
+
+    tr = _trainer(tiny, converted, lr=0.0, use_sc=True, tis_clip=2.0)
+    recs = _records(4, [24, 40], prompt_len=8, seed=3)
+    for i, r in enumerate(recs):
+        r.reward, r.group = float(i % 2), i // 2
+        r.rollout_log_probs = [-7.0] * r.response_len
+    old = tr.log_probs(recs)
+    m = tr.train(recs, 1)
+    w = [min(math.exp(sum(o) - sum(r.rollout_log_probs)), 2.0) for o, r in zip(old, recs)]
+    s = [wi * r.reward for wi, r in zip(w, recs)]
+    want = [s[i] - (s[2 * (i // 2)] + s[2 * (i // 2) + 1]) / 2 for i in range(4)]
+    record("megatron_sc", {"advantages": [r.advantage for r in recs], "expected": want})
+    assert [r.advantage for r in recs] == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert m["train/pg_clipfrac"] == 0.0

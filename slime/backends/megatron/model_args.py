@@ -33,6 +33,7 @@ from slime.model_spec import (  # noqa: E402,F401
     read_model_args,
 )
 from slime.model_spec import ModelSpecError as ModelArgsError  # noqa: E402
+from slime.refusals import declare  # noqa: E402
 
 # --- typed accessors ---------------------------------------------------------------------------
 
@@ -55,8 +56,11 @@ UNSUPPORTED = {
 }
 
 
+_R = declare("megatron.unsupported", {k: f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items()})
+
+
 def unsupported_flags(flags: Mapping[str, Any]) -> list[str]:
-    return [f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items() if _bool(flags, k)]
+    return [_R(k) for k in UNSUPPORTED if _bool(flags, k)]
 
 
 def is_moe(flags: Mapping[str, Any]) -> bool:

@@ -31,7 +31,7 @@ from slime.backends.megatron.model_args import _int, check_hf_config, load_flags
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.training import lr_schedule
-from slime.training.advantages import needs_token_advantages, token_advantages
+from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
 from slime.training.loss import (
     compute_total_loss,
@@ -333,6 +333,14 @@ class MegatronTrainer:
             if refs is not None:
                 refs.update(zip(map(id, shard), self.log_probs(shard, use_ref=True)))
         lc = self.loss_cfg
+        if lc.use_sc:  # centred importance-weighted scores (slime/training/advantages.py), group sums over DP
+            mine = [r for shard in plan for r in shard]
+            values = sc_advantages([r.reward for r in mine], [r.group for r in mine], 1 + max(r.group for r in records),
+                                   [r.response_mask for r in mine],
+                                   [olds[id(r)] if olds is not None else r.rollout_log_probs for r in mine],
+                                   [r.rollout_log_probs for r in mine], lc.tis_clip, self._sum_over_dp)
+            for r, v in zip(mine, values):
+                r.advantage = v
         if needs_token_advantages(lc.advantage_estimator, lc.kl_coef, lc.normalize_advantages):
             mine = [r for shard in plan for r in shard]
             old_rows = [olds[id(r)] if olds is not None else r.rollout_log_probs for r in mine]
