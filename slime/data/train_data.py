@@ -23,6 +23,10 @@ class TrainRecord:
     # Per-token advantages, set by the trainer when they vary along the response (KL in the
     # reward, --normalize-advantages; slime/training/advantages.py). None: `advantage` everywhere.
     token_advantages: list[float] | None = field(default=None, repr=False)
+    # --advantage-estimator ppo: the critic's values before this rollout's update and the GAE
+    # returns (its targets), one per response token (slime/training/advantages.py:ppo_targets).
+    values: list[float] | None = field(default=None, repr=False)
+    returns: list[float] | None = field(default=None, repr=False)
 
     @property
     def response_len(self) -> int:

@@ -33,6 +33,10 @@ def megatron_trainer_errors(cfg) -> list[str]:
         e.append(f"--tensor-model-parallel-size {tp} / --pipeline-model-parallel-size {pp} with train.py: weight sync "
                  "exports from trainer rank 0 alone, and a TP-merged or per-stage export needs every rank; not wired "
                  "into the Ray loop yet: use TP = PP = 1 (data parallel over the trainer ranks)")
+    if cfg.loss.advantage_estimator == "ppo":
+        e.append("--advantage-estimator ppo with --train-backend megatron: the Megatron trainer of this build has no "
+                 "critic (value model) to train beside the policy; use grpo, gspo, cispo, dr_grpo, "
+                 "reinforce_plus_plus(_baseline), or run ppo with --train-backend embedded")
     if getattr(cfg.loss, "use_rollout_routing_replay", False) or getattr(cfg.loss, "use_routing_replay", False):
         e.append("--use-routing-replay / --use-rollout-routing-replay: the Megatron trainer of this build does not "
                  "replay MoE routes yet; drop the flag")

@@ -1,0 +1,192 @@
+"""PPO with a critic: GAE and the clipped value loss on hand-computed numbers, the embedded critic
+learning and round-tripping through its checkpoint, the capability verdicts, and a short real run
+through the registry on local Ray."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from slime.args import parse_args, validate
+from slime.training.advantages import gae, ppo_targets, ppo_token_rewards
+from slime.training.loss import value_loss
+
+BASE = ["--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--num-rollout", "1", "--rm-type", "math"]
+VALUES = [0.5, 0.6, 0.7]  # the critic's values of a 3-token response
+REWARDS = [0.0, 0.0, 1.0]  # the sequence reward arrives with the last token
+
+
+def test_gae_with_gamma_and_lambda_one_is_the_return_minus_the_value():
+    adv, ret = gae(REWARDS, VALUES, [1, 1, 1], gamma=1.0, lambd=1.0)
+    # deltas 0.1, 0.1, 0.3 summed backwards; every return is the final reward 1
+    assert adv == pytest.approx([0.5, 0.4, 0.3]) and ret == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_gae_with_lambda_below_one_discounts_later_deltas():
+    adv, ret = gae(REWARDS, VALUES, [1, 1, 1], gamma=1.0, lambd=0.95)
+    # A2 = 0.3; A1 = 0.1 + 0.95 * 0.3 = 0.385; A0 = 0.1 + 0.95 * 0.385 = 0.46575
+    assert adv == pytest.approx([0.46575, 0.385, 0.3]) and ret == pytest.approx([0.96575, 0.985, 1.0])
+
+
+def test_gae_with_gamma_below_one_discounts_the_bootstrapped_value():
+    adv, ret = gae(REWARDS, VALUES, [1, 1, 1], gamma=0.9, lambd=0.95)
+    # deltas: 1 - 0.7 = 0.3; 0.9 * 0.7 - 0.6 = 0.03; 0.9 * 0.6 - 0.5 = 0.04; gamma * lambd = 0.855
+    a1 = 0.03 + 0.855 * 0.3
+    a0 = 0.04 + 0.855 * a1
+    assert adv == pytest.approx([a0, a1, 0.3]) and ret == pytest.approx([a0 + 0.5, a1 + 0.6, 1.0])
+    assert a0 == pytest.approx(0.2849575)
+
+
+def test_gae_skips_tokens_the_policy_did_not_generate():
+    adv, ret = gae(REWARDS, VALUES, [1, 0, 1], gamma=1.0, lambd=1.0)
+    # token 0 bootstraps from token 2's value: delta0 = 0.7 - 0.5; the tool token gets nothing
+    assert adv == pytest.approx([0.5, 0.0, 0.3]) and ret == pytest.approx([1.0, 0.0, 1.0])
+
+
+def test_kl_in_the_reward_is_charged_per_generated_token_and_the_reward_at_the_last():
+    old, ref = [-1.0, -2.0, -0.5], [-1.2, -1.9, -0.8]  # k1 = old - ref = 0.2, -0.1, 0.3
+    assert ppo_token_rewards(1.0, [1, 1, 1], old, ref, 0.1, "k1") == pytest.approx([-0.02, 0.01, 0.97])
+    assert ppo_token_rewards(1.0, [1, 1, 0], old, ref, 0.1, "k1") == pytest.approx([-0.02, 1.01, 0.0])
+    assert ppo_token_rewards(1.0, [0, 0, 0], old, ref, 0.1, "k1") == [0.0, 0.0, 0.0]  # no loss token, no reward
+    with pytest.raises(ValueError, match="--ref-load"):
+        ppo_token_rewards(1.0, [1, 1, 1], None, None, 0.1, "k1")
+
+
+def test_ppo_targets_whiten_the_advantages_and_never_the_returns():
+    rewards, masks, values = [1.0, 0.0], [[1, 1], [1, 1]], [[0.2, 0.4], [0.1, 0.3]]
+    raw, ret = ppo_targets(rewards, masks, values, None, None, 0.0, "k1", 1.0, 1.0, normalize=False)
+    white, ret2 = ppo_targets(rewards, masks, values, None, None, 0.0, "k1", 1.0, 1.0, normalize=True)
+    assert [pytest.approx(row) for row in raw] == [[0.8, 0.6], [-0.1, -0.3]]
+    assert ret == ret2 and [pytest.approx(row) for row in ret] == [[1.0, 1.0], [0.0, 0.0]]
+    flat = [a for row in white for a in row]
+    assert sum(flat) == pytest.approx(0.0, abs=1e-9)
+    assert sum(a * a for a in flat) / 3 == pytest.approx(1.0, abs=1e-6)  # unbiased variance 1
+
+
+def test_value_loss_takes_the_larger_of_the_clipped_and_unclipped_error():
+    values = torch.tensor([[1.5, 0.1, 0.5]], requires_grad=True)
+    old, returns = torch.tensor([[1.0, 0.0, 1.0]]), torch.tensor([[2.0, 1.0, 2.0]])
+    loss, m = value_loss(values, old, returns, torch.ones(1, 3), value_clip=0.2)
+    # token 0: V moved +0.5, clipped to 1.2: 0.5 * max(0.25, 0.64) = 0.32, and no gradient (clip taken)
+    # token 1: inside the clip: 0.5 * 0.81 = 0.405; token 2: moved away, unclipped is larger: 0.5 * 2.25
+    assert loss.item() == pytest.approx((0.32 + 0.405 + 1.125) / 3)
+    assert m["value_clipfrac"] == pytest.approx(1 / 3) and m["values"] == pytest.approx(0.7)
+    loss.backward()
+    assert values.grad.tolist()[0] == pytest.approx([0.0, (0.1 - 1.0) / 3, (0.5 - 2.0) / 3])
+    plain, _ = value_loss(values, old, returns, torch.ones(1, 3), value_clip=None)
+    assert plain.item() == pytest.approx((0.125 + 0.405 + 1.125) / 3)
+
+
+def test_the_megatron_backend_refuses_ppo_with_its_reason_and_the_embedded_one_runs_it():
+    from slime.backends.registry import TRAIN_BACKENDS, capability_errors
+
+    for name, backend in TRAIN_BACKENDS.items():
+        errors = " ".join(capability_errors(parse_args([*BASE, "--advantage-estimator", "ppo", "--train-backend",
+                                                        name])))
+        if backend.critic is None:  # every backend without a critic says so, naming the flag
+            assert "--advantage-estimator ppo" in errors and "critic" in errors, name
+        else:
+            assert "ppo" not in errors, name
+    assert TRAIN_BACKENDS["megatron"].critic is None and TRAIN_BACKENDS["embedded"].critic
+
+
+def test_ppo_flags_are_read_with_ppo_and_refused_without_it():
+    cfg = parse_args([*BASE, "--advantage-estimator", "ppo", "--gamma", "0.99", "--lambd", "0.95", "--value-clip",
+                      "0.5", "--critic-lr", "2e-6", "--critic-save", "/c", "--save", "/s"])
+    assert (cfg.loss.gamma, cfg.loss.lambd, cfg.loss.value_clip, cfg.critic.lr, cfg.critic.save) == \
+        (0.99, 0.95, 0.5, 2e-6, "/c")
+    assert not [e for e in validate(cfg) if "gamma" in e or "critic" in e]
+    errors = " ".join(validate(parse_args([*BASE, "--gamma", "0.9", "--critic-lr", "1e-5"])))
+    assert "--gamma, --critic-lr: read by --advantage-estimator ppo only" in errors
+    errors = " ".join(validate(parse_args([*BASE, "--advantage-estimator", "ppo", "--lambd", "1.5",
+                                           "--value-clip", "0"])))
+    assert "--lambd 1.5: both must lie in [0, 1]" in errors and "--value-clip 0.0 must be > 0" in errors
+
+
+# -- the embedded critic ------------------------------------------------------------------------
+
+
+def _critic(tiny, out, *extra):
+    from slime.backends.embedded.critic import EmbeddedCritic
+
+    cfg = parse_args(["--hf-checkpoint", str(tiny["model"]), "--ref-load", str(tiny["ref"]), *BASE,
+                      "--advantage-estimator", "ppo", "--micro-batch-size", "2", "--critic-lr", "3e-3", *extra])
+    return EmbeddedCritic.build(cfg, 0, 1, ("127.0.0.1", 0))
+
+
+def _records():
+    from slime.data.train_data import TrainRecord
+
+    # distinct prompts, so every state has one target and the critic can fit them all
+    return [TrainRecord([4 + i, 9 - i, 6, 7, 8][: 3 + i % 3], 2, float(i % 2), [-1.0] * (1 + i % 3),
+                        [1] * (1 + i % 3)) for i in range(4)]
+
+
+def _set_targets(critic, recs):
+    """What the runtime does each rollout: the critic's values, then GAE toward the rewards."""
+    values = critic.values(recs)
+    _, returns = ppo_targets([r.advantage for r in recs], [r.response_mask for r in recs], values, None, None,
+                             0.0, "k1", 1.0, 0.95, False)
+    for r, v, g in zip(recs, values, returns):
+        r.values, r.returns = v, g
+
+
+def test_a_fresh_critic_predicts_zero_and_its_value_loss_falls_on_a_fixed_batch(tiny, tmp_path):
+    torch.set_num_threads(1)
+    critic = _critic(tiny, tmp_path)
+    recs = _records()
+    assert all(v == 0.0 for row in critic.values(recs) for v in row)
+    losses = []
+    for _ in range(6):
+        _set_targets(critic, recs)
+        losses.append(critic.train(recs, 2)["critic/value_loss"])
+    assert losses[-1] < 0.5 * losses[0], losses  # Adam at this LR wobbles on the way down; the trend is the claim
+
+
+def test_the_critic_checkpoint_round_trips_weights_and_optimizer_at_the_policys_iteration(tiny, tmp_path):
+    from slime.checkpoint import CheckpointError, resolve_critic, save_checkpoint
+
+    torch.set_num_threads(1)
+    critic = _critic(tiny, tmp_path)
+    recs = _records()
+    _set_targets(critic, recs)
+    critic.train(recs, 2)
+    save = tmp_path / "ckpt"
+    critic.save(f"{save}_critic", 3, {"next_rollout_id": 3})
+    save_checkpoint(save, 3, {"w": torch.zeros(1)}, None, {"next_rollout_id": 3})  # the policy's, same iteration
+    back = _critic(tiny, tmp_path, "--load", str(save))  # default: <--load>_critic
+    assert back.values(recs) == critic.values(recs)
+    assert back.steps_taken == critic.steps_taken == 2
+    assert torch.equal(back.optimizer.state_dict()["state"][0]["exp_avg"],
+                       critic.optimizer.state_dict()["state"][0]["exp_avg"])
+    # a policy saved later than its critic: refused, never a silently fresh or mismatched critic
+    save_checkpoint(save, 5, {"w": torch.zeros(1)}, None, {"next_rollout_id": 5})
+    cfg = parse_args([*BASE, "--advantage-estimator", "ppo", "--load", str(save)])
+    with pytest.raises(CheckpointError, match="no complete iter_0000005.*iteration 5"):
+        resolve_critic(cfg.model, cfg.critic)
+
+
+# -- the Ray loop -------------------------------------------------------------------------------
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_tiny_ppo_run_trains_a_critic_beside_the_policy_and_saves_it(tiny, ray_cluster, tmp_path):
+    import train
+    from tests.runtime.conftest import tiny_flags
+
+    ckpt = tmp_path / "ckpt"
+    train.main(tiny_flags(tiny, tmp_path, "--num-rollout", "2", "--advantage-estimator", "ppo",
+                          "--gamma", "1.0", "--lambd", "0.95", "--kl-coef", "0.01", "--critic-lr", "1e-3",
+                          "--save", str(ckpt), "--save-interval", "2"))
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_id"] for r in rows if "train/pg_loss" in r] == [0, 1]
+    for row in rows[-2:]:
+        for key in ("critic/value_loss", "critic/value_clipfrac", "critic/returns_mean", "train/pg_loss"):
+            assert key in row, key
+    state = json.loads((tmp_path / "ckpt_critic" / "iter_0000002" / "state.json").read_text())
+    assert state["role"] == "critic" and state["next_rollout_id"] == 2
+    assert (ckpt / "iter_0000002" / "state.json").exists()
