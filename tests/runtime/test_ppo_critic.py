@@ -170,23 +170,54 @@ def test_the_critic_checkpoint_round_trips_weights_and_optimizer_at_the_policys_
 
 # -- the Ray loop -------------------------------------------------------------------------------
 
+PPO_FLAGS = ("--advantage-estimator", "ppo", "--gamma", "1.0", "--lambd", "0.95", "--kl-coef", "0.01",
+             "--critic-lr", "1e-3")
+
+
+def _rows(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def ppo_run(tiny, ray_cluster, tmp_path_factory):
+    """One rollout of ppo through train.py on local Ray (the registry's embedded trainer and critic), saved."""
+    import train
+    from tests.runtime.conftest import tiny_flags
+
+    out = tmp_path_factory.mktemp("ppo")
+    train.main(tiny_flags(tiny, out, "--num-rollout", "1", *PPO_FLAGS, "--save", str(out / "ckpt"),
+                          "--save-interval", "1"))
+    return out
+
 
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_tiny_ppo_run_trains_a_critic_beside_the_policy_and_saves_it(tiny, ray_cluster, tmp_path):
+def test_a_tiny_ppo_run_trains_a_critic_beside_the_policy_and_saves_it(ppo_run):
+    (row,) = _rows(ppo_run)
+    for key in ("critic/value_loss", "critic/value_clipfrac", "critic/returns_mean", "train/pg_loss", "train/ppo_kl"):
+        assert key in row, key
+    assert row["critic/values"] == 0.0 and row["critic/value_loss"] > 0  # a fresh critic: zero head
+    assert abs(row["train/ppo_kl"]) < 1e-8  # the policy's first step starts at the old policy
+    state = json.loads((ppo_run / "ckpt_critic" / "iter_0000001" / "state.json").read_text())
+    assert state["role"] == "critic" and state["next_rollout_id"] == 1
+    assert (ppo_run / "ckpt" / "iter_0000001" / "state.json").exists()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_resuming_a_ppo_run_resumes_its_critic(tiny, ppo_run, tmp_path):
+    import shutil
+
     import train
     from tests.runtime.conftest import tiny_flags
 
-    ckpt = tmp_path / "ckpt"
-    train.main(tiny_flags(tiny, tmp_path, "--num-rollout", "2", "--advantage-estimator", "ppo",
-                          "--gamma", "1.0", "--lambd", "0.95", "--kl-coef", "0.01", "--critic-lr", "1e-3",
-                          "--save", str(ckpt), "--save-interval", "2"))
-    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["rollout_id"] for r in rows if "train/pg_loss" in r] == [0, 1]
-    for row in rows[-2:]:
-        for key in ("critic/value_loss", "critic/value_clipfrac", "critic/returns_mean", "train/pg_loss"):
-            assert key in row, key
-    state = json.loads((tmp_path / "ckpt_critic" / "iter_0000002" / "state.json").read_text())
-    assert state["role"] == "critic" and state["next_rollout_id"] == 2
-    assert (ckpt / "iter_0000002" / "state.json").exists()
+    for name in ("ckpt", "ckpt_critic"):
+        shutil.copytree(ppo_run / name, tmp_path / name)
+    train.main(tiny_flags(tiny, tmp_path, "--num-rollout", "2", *PPO_FLAGS, "--load", str(tmp_path / "ckpt"),
+                          "--save", str(tmp_path / "ckpt"), "--save-interval", "1"))
+    (row,) = _rows(tmp_path)
+    assert row["rollout_id"] == 1
+    assert row["critic/values"] != 0.0  # the trained critic, not a fresh zero head
+    assert (tmp_path / "ckpt_critic" / "iter_0000002" / "state.json").exists()
