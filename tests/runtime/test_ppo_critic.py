@@ -145,6 +145,23 @@ def test_a_fresh_critic_predicts_zero_and_its_value_loss_falls_on_a_fixed_batch(
     assert losses[-1] < 0.5 * losses[0], losses  # Adam at this LR wobbles on the way down; the trend is the claim
 
 
+def test_the_critics_step_does_not_depend_on_micro_batching(tiny, tmp_path):
+    """The critic aggregates like the policy: 1 or 4 micro-batches give the same loss and update."""
+    torch.set_num_threads(1)
+    got = []
+    for mbs in ("4", "1"):
+        critic = _critic(tiny, tmp_path, "--micro-batch-size", mbs)
+        recs = _records()
+        _set_targets(critic, recs)
+        for r in recs:  # a target the zero head misses by a different amount per token
+            r.returns = [g + 0.1 * k for k, g in enumerate(r.returns)]
+        loss = critic.train(recs, 1)["critic/value_loss"]
+        got.append((loss, critic.named_weights()))
+    (one, w1), (four, w4) = got
+    assert one == pytest.approx(four, rel=1e-6)
+    assert all(torch.allclose(w1[k], w4[k], atol=1e-6) for k in w1)
+
+
 def test_the_critic_checkpoint_round_trips_weights_and_optimizer_at_the_policys_iteration(tiny, tmp_path):
     from slime.checkpoint import CheckpointError, resolve_critic, save_checkpoint
 
