@@ -217,6 +217,12 @@ class CriticActor:
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         return self.critic.save(root, iteration, state)
 
+    def offload(self) -> dict[str, float]:
+        return self.critic.offload()
+
+    def onload(self) -> dict[str, float]:
+        return self.critic.onload()
+
 
 RolloutManagerActor = ray.remote(num_cpus=0)(RolloutManager)
 

@@ -349,7 +349,7 @@ class Runtime:
             self.sync.release_engines()
             self.engines_released = True
         if c.offload_train and self.trainer_offloaded:
-            mem.update(ray.get([t.onload.remote() for t in self.trainers])[0])
+            mem.update(ray.get([t.onload.remote() for t in [*self.trainers, *self.critics]])[0])
             self.trainer_offloaded = False
         ray.get([t.memory.remote(reset_peak=True) for t in self.trainers])
         ppo_metrics = self._set_ppo_targets(records) if self.critics else {}
@@ -396,11 +396,11 @@ class Runtime:
                                           loss.kl_loss_type, loss.gamma, loss.lambd, loss.normalize_advantages)
         for r, v, a, g in zip(records, values, advantages, returns):
             r.values, r.token_advantages, r.returns = v, a, g
-        tokens = max(sum(sum(m) for m in masks), 1)
 
-        def token_mean(rows) -> float:
-            return sum(x for row, m in zip(rows, masks) for x, k in zip(row, m) if k) / tokens
-        return {"critic/returns_mean": token_mean(returns), "critic/advantages_mean": token_mean(advantages)}
+        def per_sample_mean(rows) -> float:  # each sample's token mean, then over samples (as train/*)
+            means = [sum(x for x, k in zip(row, m) if k) / max(sum(m), 1) for row, m in zip(rows, masks)]
+            return sum(means) / max(len(means), 1)
+        return {"critic/returns_mean": per_sample_mean(returns), "critic/advantages_mean": per_sample_mean(advantages)}
 
     def _engine_memory(self, phase: str) -> dict[str, float]:
         import ray
@@ -449,7 +449,8 @@ class Runtime:
                 self.unregistered.clear()
         if c.offload_train and not self.trainer_offloaded:
             try:
-                self.last_offload = ray.get([t.offload.remote() for t in self.trainers])[0]
+                got = ray.get([t.offload.remote() for t in [*self.trainers, *self.critics]])
+                self.last_offload = {**got[0], **(got[len(self.trainers)] if self.critics else {})}
                 self.trainer_offloaded = True
             except Exception as e:  # noqa: BLE001 - keep training resident, say so once
                 print(f"[slime] warning: --offload-train failed ({e!r:.400}); the trainer stays on the GPU", flush=True)
@@ -478,7 +479,7 @@ class Runtime:
                  **ray.get(self.manager.state_for.remote(nxt))}  # data position + partial-rollout buffer
         offloaded = self.trainer_offloaded
         if offloaded:  # a sharded save reads the GPU state
-            ray.get([t.onload.remote() for t in self.trainers])
+            ray.get([t.onload.remote() for t in [*self.trainers, *self.critics]])
         try:
             if self.critics:  # first: the policy's marker, written last, makes the pair visible
                 from slime.checkpoint import critic_roots
@@ -488,7 +489,7 @@ class Runtime:
             return ray.get([t.save.remote(self.cfg.model.save, nxt, state) for t in self.trainers])[0]
         finally:
             if offloaded:
-                ray.get([t.offload.remote() for t in self.trainers])
+                ray.get([t.offload.remote() for t in [*self.trainers, *self.critics]])
 
     def shutdown(self) -> None:
         import ray

@@ -63,6 +63,9 @@ class EmbeddedCritic:
         if world_size > 1:
             self.model = torch.nn.parallel.DistributedDataParallel(self.module)
         self.pad_id = pad_id
+        from slime.backends.offload import DeviceOffloader
+
+        self._offloader = DeviceOffloader()
         self.batch_cfg, self.loss_cfg = cfg.batch, cfg.loss
         self.agg_cfg = from_runtime(cfg.loss)  # the policy's aggregation: one definition of a step's mean
         o = cfg.optim
@@ -155,6 +158,23 @@ class EmbeddedCritic:
         t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
         dist.all_reduce(t)
         return {k: v / self.world_size if k in NON_ADDITIVE else v for k, v in zip(keys, t.tolist())}
+
+    def offload(self) -> dict[str, float]:
+        """--offload-train: give the GPU back while the engines sample, like the trainer (no-op on CPU)."""
+        from slime.backends.offload import memory_figures, optimizer_tensors
+
+        if self.device.type != "cuda":
+            return {}
+        params = list(self.module.parameters())
+        freed = self._offloader.offload([*params, *optimizer_tensors(self.optimizer)],
+                                        [q.grad for q in params if q.grad is not None])
+        return {"critic_offloaded_gib": freed / 2**30, **memory_figures("critic_offloaded")}
+
+    def onload(self) -> dict[str, float]:
+        if self.device.type != "cuda":
+            return {}
+        self._offloader.onload()
+        return {}
 
     def named_weights(self) -> dict[str, torch.Tensor]:
         from slime.backends.embedded.weights import named_weights
