@@ -162,6 +162,47 @@ def test_the_critics_step_does_not_depend_on_micro_batching(tiny, tmp_path):
     assert all(torch.allclose(w1[k], w4[k], atol=1e-6) for k in w1)
 
 
+def _critic_rank(rank: int, world: int, port: int, tiny: dict, out, queue) -> None:
+    """One critic rank in its own process (gloo), one step over the records; reports its result."""
+    from slime.backends.embedded.critic import EmbeddedCritic
+
+    torch.set_num_threads(1)
+    cfg = parse_args(["--hf-checkpoint", str(tiny["model"]), "--ref-load", str(tiny["ref"]), *BASE,
+                      "--advantage-estimator", "ppo", "--micro-batch-size", "1", "--critic-lr", "3e-3"])
+    critic = EmbeddedCritic.build(cfg, rank, world, ("127.0.0.1", port))
+    recs = _records()
+    _set_targets(critic, recs)
+    for r in recs:
+        r.returns = [g + 0.1 * k for k, g in enumerate(r.returns)]
+    loss = critic.train(recs, 1)["critic/value_loss"]
+    queue.put((rank, loss, critic.named_weights()["value_head.weight"].tolist()))  # plain data across processes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_critic_ranks_take_the_step_one_rank_takes(tiny, tmp_path):
+    """Data parallel critic ranks (DDP over gloo) split the step and end with one rank's update."""
+    import multiprocessing
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_critic_rank, args=(r, 2, port, tiny, tmp_path, queue)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    got = sorted(queue.get(timeout=240) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+    _critic_rank(0, 1, 0, tiny, tmp_path, queue)
+    _, single_loss, single_w = queue.get(timeout=10)
+    (_, loss0, w0), (_, loss1, w1) = got
+    assert loss0 == loss1 == pytest.approx(single_loss, rel=1e-5)
+    assert w0 == w1 and torch.allclose(torch.tensor(w0), torch.tensor(single_w), atol=1e-6)
+
+
 def test_the_critic_checkpoint_round_trips_weights_and_optimizer_at_the_policys_iteration(tiny, tmp_path):
     from slime.checkpoint import CheckpointError, resolve_critic, save_checkpoint
 
