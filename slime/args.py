@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kl-loss-coef", type=float, default=0.0)
     g.add_argument("--kl-loss-type", choices=["k1", "k2", "k3", "low_var_kl"], default="k1")
     g.add_argument("--kl-coef", type=float, default=0.0,
-                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*); with group estimators "
+                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*, ppo); with group estimators "
                         "use --use-kl-loss")
     g.add_argument("--entropy-coef", type=float, default=0.0)
     g.add_argument("--gamma", type=float, default=1.0, help="ppo: GAE discount per token")

@@ -162,7 +162,7 @@ class LossConfig:
     use_rollout_routing_replay: bool = False  # MoE R3: replay the rollout engine's routes
     calculate_per_token_loss: bool = False  # token_mean aggregation instead of sample_mean
     normalize_advantages: bool = False  # whiten token advantages over the rollout
-    kl_coef: float = 0.0  # KL in the reward (reinforce_plus_plus*): -kl_coef * KL_t per token
+    kl_coef: float = 0.0  # KL in the reward (reinforce_plus_plus*, ppo): -kl_coef * KL_t per token
     max_response_len: int = 1024  # Dr. GRPO's constant normalizer (--rollout-max-response-len)
     # --advantage-estimator ppo: GAE's discount and lambda, the critic's value-loss clip.
     gamma: float = 1.0

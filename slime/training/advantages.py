@@ -16,7 +16,9 @@ because they need the trainer's old and reference log-probs:
   data-parallel ranks): ``(a - mean) / sqrt(var + 1e-8)``, mean and unbiased variance taken over
   loss tokens.
 - ``ppo`` (with a critic): :func:`ppo_targets` turns the sample's reward, the KL in the reward and
-  the critic's values into GAE advantages and value targets (returns), per loss token.
+  the critic's values into GAE advantages and value targets (returns), per loss token. The Ray
+  runtime calls it once per rollout over all records (it holds the critic's values and asks the
+  trainer for the log-probs), so its whitening needs no cross-rank sums.
 
 Plain Python over lists (no torch): both trainers call it with per-record log-prob lists, and
 ranks combine their partial sums through ``reduce_sums``.
