@@ -142,6 +142,7 @@ def test_a_fresh_critic_predicts_zero_and_its_value_loss_falls_on_a_fixed_batch(
     for _ in range(6):
         _set_targets(critic, recs)
         losses.append(critic.train(recs, 2)["critic/value_loss"])
+    print(f"critic value loss over 6 rollouts: {[round(x, 4) for x in losses]}")
     assert losses[-1] < 0.5 * losses[0], losses  # Adam at this LR wobbles on the way down; the trend is the claim
 
 
@@ -253,6 +254,7 @@ def ppo_run(tiny, ray_cluster, tmp_path_factory):
 @pytest.mark.timeout(300)
 def test_a_tiny_ppo_run_trains_a_critic_beside_the_policy_and_saves_it(ppo_run):
     (row,) = _rows(ppo_run)
+    print({k: round(v, 4) for k, v in row.items() if k.startswith(("critic/", "train/pg_loss", "perf/step_time"))})
     for key in ("critic/value_loss", "critic/value_clipfrac", "critic/returns_mean", "train/pg_loss", "train/ppo_kl"):
         assert key in row, key
     assert row["critic/values"] == 0.0 and row["critic/value_loss"] > 0  # a fresh critic: zero head
@@ -276,6 +278,7 @@ def test_resuming_a_ppo_run_resumes_its_critic(tiny, ppo_run, tmp_path):
     train.main(tiny_flags(tiny, tmp_path, "--num-rollout", "2", *PPO_FLAGS, "--load", str(tmp_path / "ckpt"),
                           "--save", str(tmp_path / "ckpt"), "--save-interval", "1"))
     (row,) = _rows(tmp_path)
+    print({k: round(v, 4) for k, v in row.items() if k.startswith(("critic/", "train/pg_loss"))})
     assert row["rollout_id"] == 1
     assert row["critic/values"] != 0.0  # the trained critic, not a fresh zero head
     assert (tmp_path / "ckpt_critic" / "iter_0000002" / "state.json").exists()
