@@ -22,6 +22,7 @@ from slime.config import (
     BatchConfig,
     ClusterConfig,
     Config,
+    CriticConfig,
     DataConfig,
     EvalConfig,
     FaultConfig,
@@ -66,10 +67,10 @@ MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
 
 
 def advantage_estimator_choices() -> list[str]:
-    """The registry's estimators (slime/data/batch_builder.py, torch-free) plus ppo (refused)."""
+    """The registry's estimators (slime/data/batch_builder.py, torch-free)."""
     from slime.data.batch_builder import ADVANTAGE_ESTIMATORS
 
-    return [*ADVANTAGE_ESTIMATORS, "ppo"]
+    return list(ADVANTAGE_ESTIMATORS)
 
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root")
@@ -231,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = ap.add_argument_group("algorithm and loss")
     g.add_argument("--advantage-estimator", default="grpo", choices=advantage_estimator_choices(),
-                   help="ppo needs a critic and is refused by this build")
+                   help="ppo trains a critic (value model) beside the policy; trainer backends without one refuse it")
     _bool(g, "--normalize-advantages", "whiten token advantages over the rollout (mean 0, variance 1)")
     _bool(g, "--calculate-per-token-loss", "token-mean loss over the step's tokens instead of the mean of "
                                            "per-sample means")
@@ -244,9 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kl-loss-coef", type=float, default=0.0)
     g.add_argument("--kl-loss-type", choices=["k1", "k2", "k3", "low_var_kl"], default="k1")
     g.add_argument("--kl-coef", type=float, default=0.0,
-                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*); with group estimators "
+                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*, ppo); with group estimators "
                         "use --use-kl-loss")
     g.add_argument("--entropy-coef", type=float, default=0.0)
+    g.add_argument("--gamma", type=float, default=1.0, help="ppo: GAE discount per token")
+    g.add_argument("--lambd", type=float, default=1.0, help="ppo: GAE lambda (1: Monte-Carlo returns minus values)")
+    g.add_argument("--value-clip", type=float, default=0.2,
+                   help="ppo: a value moves at most this far from its pre-update prediction in the value loss")
     _bool(g, "--use-tis", "truncated importance sampling against the rollout log-probs")
     g.add_argument("--tis-clip", type=float, default=2.0)
     g.add_argument("--tis-clip-low", type=float, default=0.0)
@@ -260,6 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     _bool(g, "--use-routing-replay", "MoE: replay the routes of the first training forward (needs a MoE backend)")
     _bool(g, "--use-rollout-routing-replay", "MoE R3: replay the rollout engine's routes in training "
                                              "(needs a MoE backend and engines that return routes)")
+
+    g = ap.add_argument_group("critic (--advantage-estimator ppo)")
+    g.add_argument("--critic-lr", type=float, default=None, help="the critic's learning rate (default: --lr)")
+    g.add_argument("--critic-load", default=None,
+                   help="resume the critic from this checkpoint directory (default with --load: <--load>_critic)")
+    g.add_argument("--critic-save", default=None, help="critic checkpoints (default: <--save>_critic)")
 
     g = ap.add_argument_group("batching and optimizer")
     g.add_argument("--global-batch-size", type=int, default=None)
@@ -427,7 +438,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.use_icepop, ns.icepop_low, ns.icepop_high, ns.use_rollout_logprobs,
             ns.rollout_temperature, ns.use_routing_replay, ns.use_rollout_routing_replay,
             ns.calculate_per_token_loss, ns.normalize_advantages, ns.kl_coef, ns.rollout_max_response_len,
-            ns.use_sc),
+            ns.use_sc, ns.gamma, ns.lambd, ns.value_clip),
         batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
                           ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
@@ -441,6 +452,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
                           ns.rollout_health_check_timeout, ns.rollout_health_check_first_wait),
         megatron=megatron,
         sglang=sglang,
+        critic=CriticConfig(ns.critic_lr, ns.critic_load, ns.critic_save),
         async_mode=async_mode,
     )
 
@@ -547,8 +559,11 @@ _R = declare("args", {
     "health_check": "--rollout-health-check-interval and --rollout-health-check-timeout must be > 0",
     "wandb": "--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl",
     # _algorithm_errors
-    "ppo": "--advantage-estimator ppo needs a critic (value model, GAE), which this build does not train; "
-           "use grpo, gspo, cispo, dr_grpo, reinforce_plus_plus or reinforce_plus_plus_baseline",
+    "critic_flags_unused": "{flags}: read by --advantage-estimator ppo only (the critic and GAE); drop them or use ppo",
+    "gae_range": "--gamma {gamma} / --lambd {lambd}: both must lie in [0, 1]",
+    "value_clip": "--value-clip {value_clip} must be > 0 (how far one update may move a value)",
+    "critic_lr": "--critic-lr {lr} must be > 0",
+    "critic_save": "--critic-save needs --save: the critic is saved with the policy's checkpoints (--save-interval)",
     "kl_coef_group": "--kl-coef {kl_coef} with --advantage-estimator {estimator}: a group-relative estimator takes no "
                      "KL in the reward; use --use-kl-loss --kl-loss-coef, or reinforce_plus_plus(_baseline)",
     "kl_coef_negative": "--kl-coef must be >= 0",
@@ -744,8 +759,7 @@ def _algorithm_errors(cfg: Config) -> list[str]:
     e: list[str] = []
     loss, o = cfg.loss, cfg.optim
     est = loss.advantage_estimator
-    if est == "ppo":
-        e.append(_R("ppo"))
+    e.extend(_critic_errors(cfg))
     if loss.kl_coef != 0.0 and est in GROUP_ESTIMATORS:
         e.append(_R("kl_coef_group", kl_coef=loss.kl_coef, estimator=est))
     if loss.kl_coef < 0:
@@ -770,6 +784,30 @@ def _algorithm_errors(cfg: Config) -> list[str]:
             e.append(_R("staleness_negative"))
         if not cfg.async_mode:
             e.append(_R("staleness_sync"))
+    return e
+
+
+def _critic_errors(cfg: Config) -> list[str]:
+    """PPO's own flags: their ranges with ppo, and refused without it (they would change nothing).
+    Whether the trainer backend has a critic is its capability check's to say (slime/backends)."""
+    loss, c = cfg.loss, cfg.critic
+    e: list[str] = []
+    if loss.advantage_estimator != "ppo":
+        set_ = [flag for flag, on in (("--gamma", loss.gamma != 1.0), ("--lambd", loss.lambd != 1.0),
+                                      ("--value-clip", loss.value_clip != 0.2), ("--critic-lr", c.lr is not None),
+                                      ("--critic-load", c.load is not None), ("--critic-save", c.save is not None))
+                if on]
+        if set_:
+            e.append(_R("critic_flags_unused", flags=", ".join(set_)))
+        return e
+    if not 0.0 <= loss.gamma <= 1.0 or not 0.0 <= loss.lambd <= 1.0:
+        e.append(_R("gae_range", gamma=loss.gamma, lambd=loss.lambd))
+    if loss.value_clip <= 0:
+        e.append(_R("value_clip", value_clip=loss.value_clip))
+    if c.lr is not None and c.lr <= 0:
+        e.append(_R("critic_lr", lr=c.lr))
+    if c.save and not cfg.model.save:
+        e.append(_R("critic_save"))
     return e
 
 

@@ -25,6 +25,10 @@ class TrainRecord:
     token_advantages: list[float] | None = field(default=None, repr=False)
     reward: float = 0.0  # the sample's reward (SC weighs it by the sequence ratio)
     group: int = 0  # the sample's prompt group in the rollout (0 .. rollout_batch_size - 1)
+    # --advantage-estimator ppo: the critic's values before this rollout's update and the GAE
+    # returns (its targets), one per response token (slime/training/advantages.py:ppo_targets).
+    values: list[float] | None = field(default=None, repr=False)
+    returns: list[float] | None = field(default=None, repr=False)
 
     @property
     def response_len(self) -> int:

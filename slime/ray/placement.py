@@ -34,12 +34,13 @@ class Pool:
     plan: PoolPlan
     pg: object  # ray.util.placement_group.PlacementGroup
 
-    def options(self, index: int) -> dict:
-        """Ray .options(...) that place an actor on bundle `index` of this pool."""
+    def options(self, index: int, share: float = 1.0) -> dict:
+        """Ray .options(...) that place an actor on bundle `index` of this pool. `share` < 1 splits
+        an actor's part of the bundle (ppo: a trainer rank and its critic rank share one)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         res = self.plan.actor_resources
-        return {"num_cpus": res.get("CPU", 0), "num_gpus": res.get("GPU", 0),
+        return {"num_cpus": res.get("CPU", 0) * share, "num_gpus": res.get("GPU", 0) * share,
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     placement_group=self.pg, placement_group_bundle_index=index % len(self.plan.bundles))}
 

@@ -299,6 +299,37 @@ def reinforce_loss(
     return aggregate(-adv * log_probs, loss_mask, agg, denominator)
 
 
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, loss_mask: torch.Tensor,
+               value_clip: float | None = 0.2, agg: Aggregation = "sample_mean",
+               denominator: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The critic's clipped value loss (PPO), aggregated like the policy loss; returns (loss, metrics).
+
+    Per token ``0.5 * max((V - R)^2, (V_clip - R)^2)`` with ``V_clip = V_old + clip(V - V_old,
+    -value_clip, value_clip)``: ``V_old`` are the values the advantages were computed with, ``R``
+    the GAE returns. The clip keeps one rollout from moving a value further than ``value_clip``
+    from where it started; ``value_clip=None`` is the plain squared error. Only ``values`` carries
+    gradients. Metrics (same aggregation, additive): ``value_loss``, ``value_clipfrac`` (share of
+    tokens where the clipped term is the larger one) and ``values`` (the mean prediction).
+    """
+    old = old_values.detach().to(values.dtype)
+    ret = returns.detach().to(values.dtype)
+    unclipped = (values - ret).square()
+    if value_clip is None:
+        losses, clip_taken = 0.5 * unclipped, torch.zeros_like(values)
+    else:
+        if value_clip <= 0:
+            raise ValueError(f"value_clip must be > 0, got {value_clip}")
+        clipped = (old + (values - old).clamp(-value_clip, value_clip) - ret).square()
+        losses = 0.5 * torch.maximum(unclipped, clipped)
+        clip_taken = (clipped > unclipped).to(values.dtype)
+    loss = aggregate(losses, loss_mask, agg, denominator)
+    with torch.no_grad():
+        metrics = {"value_loss": float(loss.detach().item()),
+                   "value_clipfrac": float(aggregate(clip_taken, loss_mask, agg, denominator).item()),
+                   "values": float(aggregate(values.detach(), loss_mask, agg, denominator).item())}
+    return loss, metrics
+
+
 @dataclass(frozen=True)
 class LossConfig:
     """The loss settings, by runtime flag."""

@@ -219,7 +219,9 @@ def test_resume_loads_into_a_fresh_trainer_with_its_adam_state(tiny, converted, 
     assert set(loaded) == set(saved) and all(torch.equal(loaded[k], saved[k]) for k in saved)
     again = _adam_states(fresh)
     assert len(again) == len(states) and states[0][0] == 2.0
-    assert all(a[0] == b[0] and torch.equal(a[1], b[1]) and torch.equal(a[2], b[2]) for a, b in zip(states, again))
+    diffs = [(a[0], b[0], float((a[1] - b[1]).abs().max()), float((a[2] - b[2]).abs().max()), float(a[1].abs().max()))
+             for a, b in zip(states, again)]
+    assert all(d[0] == d[1] and d[2] == 0 and d[3] == 0 for d in diffs), diffs[:3]
     record("resume_fresh_trainer", {"params": len(states), "adam_step": states[0][0]})
 
 

@@ -177,6 +177,11 @@ class EmbeddedTrainer:
     def _set_token_advantages(self, plan: list, all_olds: list) -> None:
         """KL in the reward / --normalize-advantages (slime/training/advantages.py), per token."""
         loss = self.loss_cfg
+        if loss.advantage_estimator == "ppo":  # GAE needs the critic: the runtime set them (slime/ray/runtime.py)
+            if any(r.token_advantages is None for mbs, _ in plan for mb in mbs for r in mb):
+                raise ValueError("--advantage-estimator ppo: records reached the trainer without their GAE "
+                                 "advantages (the runtime computes them from the critic's values first)")
+            return
         if not needs_token_advantages(loss.advantage_estimator, loss.kl_coef, loss.normalize_advantages):
             return
         recs, olds, refs = [], [], []

@@ -19,6 +19,9 @@ _R = declare("megatron", {
     "tp_pp_export": "--tensor-model-parallel-size {tp} / --pipeline-model-parallel-size {pp} with train.py: weight "
                     "sync exports from trainer rank 0 alone, and a TP-merged or per-stage export needs every rank; not "
                     "wired into the Ray loop yet: use TP = PP = 1 (data parallel over the trainer ranks)",
+    "ppo_critic": "--advantage-estimator ppo with --train-backend megatron: the Megatron trainer of this build has "
+                  "no critic (value model) to train beside the policy; use grpo, gspo, cispo, dr_grpo, "
+                  "reinforce_plus_plus(_baseline), or run ppo with --train-backend embedded",
     "routing_replay": "--use-routing-replay / --use-rollout-routing-replay: the Megatron trainer of this build does "
                       "not replay MoE routes yet; drop the flag",
 })
@@ -43,6 +46,8 @@ def megatron_trainer_errors(cfg) -> list[str]:
         e.append(_R("dp_whole", ranks=ranks, model=tp * pp * cp))
     if tp * pp > 1:
         e.append(_R("tp_pp_export", tp=tp, pp=pp))
+    if cfg.loss.advantage_estimator == "ppo":
+        e.append(_R("ppo_critic"))
     if getattr(cfg.loss, "use_rollout_routing_replay", False) or getattr(cfg.loss, "use_routing_replay", False):
         e.append(_R("routing_replay"))
     return e

@@ -484,6 +484,20 @@ class MegatronTrainer:
                     st.setdefault("exp_avg", torch.zeros_like(p, memory_format=torch.preserve_format))
                     st.setdefault("exp_avg_sq", torch.zeros_like(p, memory_format=torch.preserve_format))
 
+    def _restore_adam_step(self) -> None:
+        """Adam's bias correction reads each parameter's ``step``. Loaded into a fresh optimizer, the
+        moments come back but the step keeps the value the slots were given before the load (measured
+        on the H200: 0 after 2 saved steps); one optimizer step per trainer iteration, so the
+        iteration restores it."""
+        step = float(self.iteration)
+        for opt in getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]:
+            inner = getattr(opt, "optimizer", None)
+            for st in (inner.state.values() if inner is not None else ()):
+                if "step" in st and torch.is_tensor(st["step"]):
+                    st["step"].fill_(step)
+                elif "step" in st:
+                    st["step"] = step
+
     def load(self, load_dir: str | Path, with_optimizer: bool | None = None) -> None:
         from megatron.core import dist_checkpointing
 
@@ -504,3 +518,5 @@ class MegatronTrainer:
             self.optimizer.reload_model_params()
         it = state.get("iteration", 0)
         self.iteration = int(it) if isinstance(it, (int, float)) else 0
+        if with_optimizer:
+            self._restore_adam_step()
