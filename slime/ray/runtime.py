@@ -213,13 +213,28 @@ class Runtime:
         admin.wait_workers([h.url for h in rt.engines], timeout=600.0)  # sglang-router registers in background
         rt.manager = RolloutManagerActor.options(max_concurrency=2).remote(
             cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"),
-            state.get("partial_buffer"), rt.start_rollout_id, not c.use_sglang_router)
+            state.get("partial_buffer"), rt.start_rollout_id, not c.use_sglang_router, rt.producer_options())
         ray.get(rt.manager.engine_urls.remote())  # the manager waited for every engine to be healthy
         if cfg.fault.use_fault_tolerance:
             from slime.rollout.fault import HealthMonitor
 
             rt.monitor = HealthMonitor(cfg.fault, lambda: rt.engines, rt.restart_engine).start()
         return rt
+
+    def producer_options(self) -> list[dict] | None:
+        """straw + fully async: Ray options of each producer actor, placed in the bundle of the engine
+        group it serves (no CPU or GPU of its own); None when the rollout manager generates alone."""
+        from slime.ray.placement import engine_bundles
+        from slime.rollout.producers import producer_count, producer_engine
+
+        c, n = self.cfg.cluster, producer_count(self.cfg)
+        if n < 2:
+            return None
+        pool = self.rollout_pool
+        if pool is None or pool.pg is None:  # external engines: Ray picks the nodes
+            return [{} for _ in range(n)]
+        return [{**pool.options(engine_bundles(c, producer_engine(k, n, len(self.engines)))[0]),
+                 "num_cpus": 0, "num_gpus": 0} for k in range(n)]
 
     # -- engines ----------------------------------------------------------------------------------
     def _start_engine(self, j: int, wait: bool = True):
