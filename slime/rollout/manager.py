@@ -38,6 +38,27 @@ class GenerateContext:
         return {self.client.url: self.client}
 
 
+class LazyTokenizerContext(GenerateContext):
+    """GenerateContext whose tokenizer loads from `hf_checkpoint` on first use: loading it imports
+    torch and transformers (seconds), which a straw producer, restarted mid-rollout, should not pay
+    before its first request unless its hook reads args.tokenizer."""
+
+    hf_checkpoint = ""
+    _tok = None
+
+    @property
+    def tokenizer(self):
+        if self._tok is None and self.hf_checkpoint:
+            from slime.backends.embedded.model import load_tokenizer
+
+            self._tok = load_tokenizer(self.hf_checkpoint)
+        return self._tok
+
+    @tokenizer.setter
+    def tokenizer(self, value) -> None:
+        self._tok = value
+
+
 def sampling_params(s: SamplingConfig, n: int, seed: int) -> dict[str, Any]:
     p = {"max_new_tokens": s.max_response_len, "temperature": s.temperature, "top_p": s.top_p,
          "top_k": s.top_k, "n": n, "sampling_seed": seed, "no_stop_trim": True,

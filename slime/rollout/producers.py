@@ -154,17 +154,15 @@ class RouterGenerator:
     def _setup(self):
         if self._ctx is None:
             from slime.rollout.client import EngineClient, RouterAdmin
-            from slime.rollout.manager import GenerateContext
+            from slime.rollout.manager import LazyTokenizerContext
 
-            tokenizer = None
             if self.rollout.custom_generate_function_path:
-                from slime.backends.embedded.model import load_tokenizer
                 from slime.rewards.hooks import load_function
 
-                tokenizer = load_tokenizer(self.hf_checkpoint)
                 self._hook = load_function(self.rollout.custom_generate_function_path, kind="generate")
-            self._ctx = GenerateContext(self.rollout, tokenizer, EngineClient(self.router_url, retries=8),
-                                        RouterAdmin(self.router_url))
+            self._ctx = LazyTokenizerContext(self.rollout, None, EngineClient(self.router_url, retries=8),
+                                             RouterAdmin(self.router_url))
+            self._ctx.hf_checkpoint = self.hf_checkpoint
         return self._ctx
 
     def __call__(self, rollout_id: int, group_index: int, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
