@@ -223,3 +223,30 @@ def test_train_async_with_two_producers_loses_and_duplicates_nothing_when_one_is
         queue = RolloutQueue(path, "prod-1")
         assert list(queue.pending()) == [], path
         queue.close()
+
+
+# -- the lab: one field, exported as the flag, judged by the runtime --------------------------------
+
+def test_the_lab_exports_the_producer_count_and_shows_the_runtimes_verdict_and_plan():
+    from lab.applicability import folded_fields
+    from lab.rules import apply_change, new_experiment
+    from lab.runtime_verdict import placement, runtime_argv, runtime_findings
+
+    exp = new_experiment("glm4-9b")
+    assert "rollout.producers" in folded_fields(exp, None)  # no straw + fully async: nothing to set
+    for path, value in {"placement.scheduling": "async", "rollout.queue": True,
+                        "rollout.queue_state_dir": "/tmp/straw"}.items():
+        exp, _ = apply_change(exp, path, value)
+    assert "rollout.producers" not in folded_fields(exp, None)
+    plan = placement(exp)
+    engines = [s for s in plan if s["role"] in ("engine", "prefill", "decode")]
+    producers = [s for s in plan if s["role"] == "producer"]
+    assert len(producers) == len(engines) >= 2  # the runtime's default: one beside each engine group
+    assert all("beside engine" in s["where"] for s in producers)
+    assert "--num-rollout-producers" not in runtime_argv(exp)
+
+    exp, _ = apply_change(exp, "rollout.producers", len(engines) + 1)
+    argv = runtime_argv(exp)
+    assert argv[argv.index("--num-rollout-producers") + 1] == str(len(engines) + 1)
+    refused = [f for f in runtime_findings(exp) if f.id == "RUNTIME" and "rollout.producers" in f.fields]
+    assert refused and refused[0].level == "error" and "at most one producer per engine group" in refused[0].message
