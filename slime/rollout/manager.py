@@ -329,6 +329,8 @@ class RolloutManager:
         extra: dict[str, float] = {}
         if r.dynamic:
             samples, metrics, extra = self._generate_dynamic(rollout_id, seed_of)
+            for i, s in enumerate(samples):  # ids of the rollout that trains them (resumed ones too)
+                s.sample_id = sample_id(rollout_id, s.group_index, i % r.n_samples_per_prompt)
             t1 = time.monotonic()
         else:
             batch = self.source.next_batch(r.rollout_batch_size)
