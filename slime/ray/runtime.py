@@ -318,8 +318,10 @@ class Runtime:
             self.sync_weights()  # fresh groups must come from the weights being trained
             more, metrics = self.generate(rollout_id)  # the rollout/ and perf/ figures of what is trained
             kept.extend(more[:target - len(kept)])
+        from slime.rollout.producers import sample_id
+
         for i, s in enumerate(kept):
-            s.group_index = i // n
+            s.group_index, s.sample_id = i // n, sample_id(rollout_id, i // n, i % n)
         if r.max_weight_staleness is not None:
             metrics["rollout/stale_dropped_samples"] = float(dropped)
         return kept, metrics

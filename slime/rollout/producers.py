@@ -201,7 +201,8 @@ class ProducerGroup:
         self.workers = workers
         self.remote = ray.remote(Producer)
         self.max_restarts = max_restarts
-        self.restarts = {pid: 0 for pid in self.ids}
+        self.restarts = {pid: 0 for pid in self.ids}  # over the run (rollout/producer_restarts)
+        self._rollout_restarts = dict(self.restarts)  # within the rollout being collected: bounded
         self.actors = {pid: self._start(pid) for pid in self.ids}
         self._taken: dict[int, dict[str, list[int]]] = {}
 
@@ -213,8 +214,10 @@ class ProducerGroup:
         import ray
 
         self.restarts[pid] += 1
-        if self.restarts[pid] > self.max_restarts:
-            raise RuntimeError(f"producer {pid} died {self.restarts[pid]} times; giving up")
+        self._rollout_restarts[pid] += 1
+        if self._rollout_restarts[pid] > self.max_restarts:
+            raise RuntimeError(f"straw producer {pid} died {self._rollout_restarts[pid]} times in one rollout; "
+                               f"giving up (its node or its engine group is failing: see the Ray logs)")
         ray.kill(self.actors[pid], no_restart=True)
         deadline = time.monotonic() + 60
         while True:  # the dead process's name and queue lock are released once it is gone
@@ -247,6 +250,7 @@ class ProducerGroup:
         """Every group of `tasks` exactly once, in group order (producing what is missing)."""
         import ray
 
+        self._rollout_restarts = {pid: 0 for pid in self.ids}
         shares = {pid: {g: tasks[g] for g in gs} for pid, gs in self.share(list(tasks)).items()}
         pending = {pid: self.actors[pid].produce.remote(rollout_id, share) for pid, share in shares.items()}
         for pid, ref in pending.items():
