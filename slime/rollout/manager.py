@@ -180,8 +180,8 @@ class RolloutManager:
                                        RouterGenerator(r, hf_checkpoint, router_url), options,
                                        workers=max(1, r.server_concurrency // max(r.n_samples_per_prompt, 1)))
         dropped = self.producers.discard(start_rollout_id, sorted(self.queued))
-        print(f"[slime] straw producers: {len(options)} Ray actors ({', '.join(self.producers.ids)}), one beside "
-              f"each engine group they serve, writing under {r.queue_dir}/producers/", flush=True)
+        print(f"[slime] straw producers: {len(options)} Ray actors ({', '.join(self.producers.ids)}), each placed "
+              f"beside an engine group, writing under {r.queue_dir}/producers/", flush=True)
         if dropped:
             print(f"[slime] straw producers: dropped {dropped} group(s) of rollouts already trained or assembled",
                   flush=True)
