@@ -129,7 +129,7 @@ class Slot:
     gpus: tuple[int, ...]  # GPU indices on `node` (a wide engine: on its first node)
     nodes: tuple[int, ...] = ()  # every node an engine wider than one node spans
     address: str = ""  # external engines: host:port
-    beside: int | None = None  # straw producers: the engine whose group it feeds
+    beside: int | None = None  # straw producers: the engine whose bundle (and node) it shares
 
     def where(self) -> str:
         if self.role == "external":
@@ -186,7 +186,7 @@ def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[st
                 slots.append(Slot(role, i, node, tuple(range(gpn)), tuple(range(node, node + span))))
                 cursor = (node + span) * gpn
     slots.append(Slot("router", 0, None, ()))
-    if producers >= 2:  # each producer sits in the bundle of the engine group it feeds (runtime.producer_options)
+    if producers >= 2:  # each producer sits in an engine group's bundle (Runtime.producer_options)
         from slime.rollout.producers import producer_engine
 
         engines = [s for s in slots if s.role in ("engine", "prefill", "decode", "external")]

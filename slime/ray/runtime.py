@@ -222,8 +222,8 @@ class Runtime:
         return rt
 
     def producer_options(self) -> list[dict] | None:
-        """straw + fully async: Ray options of each producer actor, placed in the bundle of the engine
-        group it serves (no CPU or GPU of its own); None when the rollout manager generates alone."""
+        """straw + fully async: Ray options of each producer actor, placed in the bundle of an engine
+        group, spread evenly (no CPU or GPU of its own); None when the rollout manager generates alone."""
         from slime.ray.placement import engine_bundles
         from slime.rollout.producers import producer_count, producer_engine
 
