@@ -120,6 +120,11 @@ class RolloutManager:
         # refuses the list (422) switches this off for the rest of the run.
         self.batched = batched
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
+        # straw + fully async: producer actors generate the groups (one options dict each: placement);
+        # started first, so that their processes come up while this one loads the tokenizer and data
+        self.producers = None
+        if producers and rollout.queue_dir:
+            self._start_producers(producers, hf_checkpoint, router_url)
         self.tokenizer = load_tokenizer(hf_checkpoint)
         self.records = self._load(data.prompt_data, "--prompt-data")
         start = DataPosition.from_dict(position) if position else DataPosition()
@@ -150,10 +155,8 @@ class RolloutManager:
         if rollout.queue_dir:
             self._open_queue(start_rollout_id)
         self.wait_engines()
-        # straw + fully async: producer actors generate the groups (one options dict each: placement)
-        self.producers = None
-        if producers and rollout.queue_dir:
-            self._start_producers(producers, hf_checkpoint, router_url, start_rollout_id)
+        if self.producers is not None:
+            self._discard_produced(start_rollout_id)
 
     # -- straw queue -----------------------------------------------------------------------------
     def _open_queue(self, start_rollout_id: int) -> None:
@@ -171,17 +174,20 @@ class RolloutManager:
                   f"rollouts {sorted(self.queued)} generated and not trained yet; recovered {self.queue.recovered}",
                   flush=True)
 
-    def _start_producers(self, options: list[dict[str, Any]], hf_checkpoint: str, router_url: str,
-                         start_rollout_id: int) -> None:
+    def _start_producers(self, options: list[dict[str, Any]], hf_checkpoint: str, router_url: str) -> None:
         from slime.rollout.producers import ProducerGroup, RouterGenerator, producer_ids
 
         r = self.rollout
         self.producers = ProducerGroup(r.queue_dir, r.queue_run_id, producer_ids(len(options)),
                                        RouterGenerator(r, hf_checkpoint, router_url), options,
                                        workers=max(1, r.server_concurrency // max(r.n_samples_per_prompt, 1)))
+
+    def _discard_produced(self, start_rollout_id: int) -> None:
+        """Producer groups of rollouts trained before the checkpoint, or already in the run's queue, go."""
+        r = self.rollout
         dropped = self.producers.discard(start_rollout_id, sorted(self.queued))
-        print(f"[slime] straw producers: {len(options)} Ray actors ({', '.join(self.producers.ids)}), each placed "
-              f"beside an engine group, writing under {r.queue_dir}/producers/", flush=True)
+        print(f"[slime] straw producers: {len(self.producers.ids)} Ray actors ({', '.join(self.producers.ids)}), "
+              f"each placed beside an engine group, writing under {r.queue_dir}/producers/", flush=True)
         if dropped:
             print(f"[slime] straw producers: dropped {dropped} group(s) of rollouts already trained or assembled",
                   flush=True)

@@ -95,6 +95,9 @@ class Producer:
     def __init__(self, root: str, run_id: str, producer_id: str, generate: Generate, workers: int = 1):
         self.store = ProducerStore(root, run_id, producer_id)
         self.generate, self.workers = generate, max(1, workers)
+        prepare = getattr(generate, "prepare", None)
+        if prepare is not None:  # imports and hook loading now, not in the first rollout
+            prepare()
 
     def describe(self) -> dict[str, Any]:
         import ray
@@ -150,6 +153,9 @@ class RouterGenerator:
 
     def __getstate__(self) -> dict[str, Any]:  # the connections are made in the producer's process
         return {**self.__dict__, "_ctx": None, "_hook": None}
+
+    def prepare(self) -> None:
+        self._setup()
 
     def _setup(self):
         if self._ctx is None:
