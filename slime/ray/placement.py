@@ -76,6 +76,17 @@ def engine_bundles(c: ClusterConfig, engine: int) -> list[int]:
     return list(range(engine * nodes, (engine + 1) * nodes))
 
 
+def producer_actor_options(c: ClusterConfig, pool: "Pool | None", n: int, engines: int) -> list[dict]:
+    """Ray options of n straw producers: each in the bundle of an engine group, spread evenly, asking
+    no CPU or GPU of its own (placement_plan lists the same); external engines: Ray picks the nodes."""
+    from slime.rollout.producers import producer_engine
+
+    if pool is None or pool.pg is None:
+        return [{} for _ in range(n)]
+    return [{**pool.options(engine_bundles(c, producer_engine(k, n, engines))[0]), "num_cpus": 0, "num_gpus": 0}
+            for k in range(n)]
+
+
 def total_request(plans: tuple[PoolPlan, PoolPlan]) -> dict[str, float]:
     train, rollout = plans
     seen = [train] if train.bundles is rollout.bundles else [train, rollout]

@@ -222,19 +222,13 @@ class Runtime:
         return rt
 
     def producer_options(self) -> list[dict] | None:
-        """straw + fully async: Ray options of each producer actor, placed in the bundle of an engine
-        group, spread evenly (no CPU or GPU of its own); None when the rollout manager generates alone."""
-        from slime.ray.placement import engine_bundles
-        from slime.rollout.producers import producer_count, producer_engine
+        """straw + fully async: Ray options of each producer actor (placement.producer_actor_options);
+        None when the rollout manager generates alone."""
+        from slime.ray.placement import producer_actor_options
+        from slime.rollout.producers import producer_count
 
-        c, n = self.cfg.cluster, producer_count(self.cfg)
-        if n < 2:
-            return None
-        pool = self.rollout_pool
-        if pool is None or pool.pg is None:  # external engines: Ray picks the nodes
-            return [{} for _ in range(n)]
-        return [{**pool.options(engine_bundles(c, producer_engine(k, n, len(self.engines)))[0]),
-                 "num_cpus": 0, "num_gpus": 0} for k in range(n)]
+        n = producer_count(self.cfg)
+        return producer_actor_options(self.cfg.cluster, self.rollout_pool, n, len(self.engines)) if n >= 2 else None
 
     # -- engines ----------------------------------------------------------------------------------
     def _start_engine(self, j: int, wait: bool = True):

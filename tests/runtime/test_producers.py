@@ -250,3 +250,49 @@ def test_the_lab_exports_the_producer_count_and_shows_the_runtimes_verdict_and_p
     assert argv[argv.index("--num-rollout-producers") + 1] == str(len(engines) + 1)
     refused = [f for f in runtime_findings(exp) if f.id == "RUNTIME" and "rollout.producers" in f.fields]
     assert refused and refused[0].level == "error" and "at most one producer per engine group" in refused[0].message
+
+
+# -- placement on GPU bundles: a separate Ray instance that declares logical GPUs -------------------
+
+_GPU_PLACEMENT = r"""
+import json, os, sys
+import ray
+os.environ["RAY_AUTH_MODE"] = "disabled"
+# 4 logical GPUs: Ray only counts them, which is all placement needs (no CUDA is touched)
+ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
+         log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": sys.argv[1]}})
+from slime.config import ClusterConfig
+from slime.ray.placement import create_pools, placement_plan, producer_actor_options
+from slime.rollout.producers import Producer
+
+c = ClusterConfig(actor_num_gpus_per_node=1, rollout_num_gpus=2, rollout_num_gpus_per_engine=1,
+                  num_gpus_per_node=4, cpus_per_bundle=0.25, use_gpu=True)
+train, rollout = create_pools(c)
+opts = producer_actor_options(c, rollout, 2, c.num_engines)
+def make(rollout_id, group, task):
+    return task
+actors = [ray.remote(Producer).options(**o).remote(sys.argv[2], "run-1", f"p{k}", make) for k, o in enumerate(opts)]
+where = ray.get([a.__ray_call__.remote(lambda self: (ray.get_gpu_ids(), ray.get_runtime_context().get_placement_group_id()))
+                 for a in actors])
+made = ray.get(actors[1].produce.remote(0, {3: [{"prompt_id": 7, "sample_id": "r0/g3/s0"}]}))
+print(json.dumps({"gpus": [w[0] for w in where], "pgs": [w[1] for w in where], "rollout_pg": rollout.pg.id.hex(),
+                  "bundles": [o["scheduling_strategy"].placement_group_bundle_index for o in opts],
+                  "made": made, "free": ray.available_resources().get("GPU")}))
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_producers_sit_in_their_engine_groups_gpu_bundles_without_taking_a_gpu(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.runtime.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-c", _GPU_PLACEMENT, str(REPO), str(tmp_path / "q")], capture_output=True,
+                         text=True, timeout=240, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["bundles"] == [0, 1]  # producer k in engine k's bundle
+    assert got["pgs"] == [got["rollout_pg"]] * 2 and got["gpus"] == [[], []]
+    assert got["made"] == [3] and got["free"] == 4 - 1 - 2  # the trainer's and the engines' GPUs only
