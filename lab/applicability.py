@@ -19,6 +19,7 @@ def folded_fields(exp: Experiment, recipe_kind: str | None, named_by_findings: I
         (p.ownership != "external", ("placement.external_engine_addrs",)),
         (p.ownership == "external", ("placement.engine_gpus", "serving.mem_fraction_static")),
         (not ro.queue, ("rollout.queue_run_id", "rollout.queue_state_dir")),
+        (not (ro.queue and p.scheduling == "async"), ("rollout.producers",)),
         (r.pp == 1, ("resources.pp_first_stage_layers", "resources.pp_last_stage_layers")),
         (recipe_kind != "hybrid", ("precision.recurrent_state_dtype", "precision.state_kv_ratio")),
         (not (c.tis or c.sc), ("corrections.tis_clip",)),

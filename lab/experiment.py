@@ -135,6 +135,7 @@ class Rollout(_Section):
     queue: bool = field(False, description="straw: the persistent rollout queue (payloads and state stored durably).", flags=("--rollout-queue-dir", "--rollout-queue-run-id"))
     queue_run_id: str = field("run-001", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="straw run id; a new experiment takes a fresh one.", flags=("--rollout-queue-run-id",))
     queue_state_dir: str | None = private(description="Directory where straw keeps queue state and payloads.", flags=("--rollout-queue-dir",))
+    producers: int | None = field(None, ge=1, le=1024, description="straw with fully async: producer actors that write each rollout's groups into the queue (--num-rollout-producers); empty: one beside each engine group.", flag="--num-rollout-producers")
     temperature: float = field(1.0, gt=0, le=10, description="Sampling temperature (--rollout-temperature), > 0.", flag="--rollout-temperature")
     max_response_len: int = field(8192, ge=1, le=1_048_576, description="Response-token limit (--rollout-max-response-len).", flag="--rollout-max-response-len")
 

@@ -226,6 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="straw: durable rollout queue (payloads + state) in this directory")
     g.add_argument("--rollout-queue-run-id", default=None,
                    help="straw run id: the same id resumes the queue, a new experiment takes a fresh id")
+    g.add_argument("--num-rollout-producers", type=int, default=None,
+                   help="train_async.py with --rollout-queue-dir: producer actors that generate each rollout's "
+                        "groups into the straw queue, one beside each engine group (default: one per engine "
+                        "group there, 1 elsewhere); a producer killed mid-rollout is restarted and loses and "
+                        "duplicates nothing")
     g.add_argument("--max-weight-staleness", type=int, default=None,
                    help="train_async.py: drop (and count) groups holding a token generated more than N weight "
                         "versions before the one being trained; 0 keeps only on-policy samples")
@@ -425,7 +430,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
                               ns.dynamic_sampling_filter_path, ns.partial_rollout,
                               ns.mask_offpolicy_in_partial_rollout, ns.rollout_queue_dir,
                               ns.rollout_queue_run_id, ns.rm_url, ns.rm_timeout, ns.rm_max_retries,
-                              ns.max_weight_staleness),
+                              ns.max_weight_staleness, ns.num_rollout_producers),
         run=RunConfig(ns.num_rollout, ns.num_epoch, ns.seed),
         model=ModelConfig(ns.hf_checkpoint, ns.ref_load, ns.load, ns.save, ns.save_interval),
         optim=OptimConfig(ns.lr, ns.weight_decay, ns.adam_beta1, ns.adam_beta2, ns.adam_eps, ns.clip_grad,
@@ -858,6 +863,36 @@ def _rollout_mode_errors(cfg: Config) -> list[str]:
             check_run_id(r.queue_dir, r.queue_run_id)
         except QueueError as err:
             e.append(str(err))
+    e.extend(_producer_errors(cfg))
+    return e
+
+
+def _producer_errors(cfg: Config) -> list[str]:
+    """--num-rollout-producers: producers write a rollout's groups into straw while train_async.py
+    trains the previous rollout; elsewhere there is nothing for a second producer to do."""
+    n, r = cfg.rollout.num_producers, cfg.rollout
+    if n is None:
+        return []
+    if n < 1:
+        return [f"--num-rollout-producers {n}: at least 1 (1 is the rollout manager alone)"]
+    if n == 1:
+        return []
+    e: list[str] = []
+    if not cfg.async_mode:
+        e.append(f"--num-rollout-producers {n} with train.py: producers feed the fully async loop; "
+                 f"run train_async.py, or drop the flag (train.py generates in the rollout manager)")
+    if not r.queue_dir:
+        e.append(f"--num-rollout-producers {n} without --rollout-queue-dir: producers write every group durably "
+                 f"into the straw queue; add --rollout-queue-dir DIR --rollout-queue-run-id ID")
+    if r.dynamic:
+        e.append(f"--num-rollout-producers {n} with --over-sampling-batch-size / --dynamic-sampling-filter-path / "
+                 f"--partial-rollout: aborting and buffering span the whole rollout and run in the rollout "
+                 f"manager; drop these flags or use --num-rollout-producers 1")
+    c = cfg.cluster
+    engines = c.num_engines if c.external or c.rollout_num_gpus_per_engine >= 1 else n  # else refused elsewhere
+    if n > engines:
+        e.append(f"--num-rollout-producers {n} with {engines} rollout engine(s): at most one producer per engine "
+                 f"group; use --num-rollout-producers {engines} or add engines (--rollout-num-gpus)")
     return e
 
 

@@ -98,6 +98,9 @@ class RolloutConfig:
     # train_async.py: samples generated more than this many weight versions ago are dropped (whole
     # groups) and counted in rollout/stale_dropped_samples; None: no limit.
     max_weight_staleness: int | None = None
+    # straw + train_async.py: producer actors that generate a rollout's groups into the queue
+    # (slime/rollout/producers.py); None: one per engine group under straw + fully async, else 1.
+    num_producers: int | None = None
 
     @property
     def dynamic(self) -> bool:

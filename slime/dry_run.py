@@ -119,7 +119,10 @@ def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = T
     use_gpu = cfg.cluster.train_backend != "embedded" or cfg.cluster.rollout_backend != "embedded"
     roles = engine_roles(cfg, environment, parsed)
     try:
-        out.plan = placement_plan(cfg.cluster, use_gpu=use_gpu, engine_roles=roles)
+        from slime.rollout.producers import producer_count
+
+        out.plan = placement_plan(cfg.cluster, use_gpu=use_gpu, engine_roles=roles,
+                                  producers=producer_count(cfg))
     except (ZeroDivisionError, ValueError):  # a layout validate() already refuses has no plan
         out.plan = []
     return out

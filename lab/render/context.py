@@ -323,6 +323,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     if ro.queue:
         g.add("--rollout-queue-dir", Var("QUEUE_STATE_DIR"))
         g.add("--rollout-queue-run-id", ro.queue_run_id)
+    _declared(g, exp, data, "rollout.producers")
     groups.append(g)
 
     g = FlagGroup("Algorithm, loss and optimizer")

@@ -230,13 +230,22 @@ class Runtime:
         admin.wait_workers([h.url for h in rt.engines], timeout=600.0)  # sglang-router registers in background
         rt.manager = RolloutManagerActor.options(max_concurrency=2).remote(
             cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"),
-            state.get("partial_buffer"), rt.start_rollout_id, not c.use_sglang_router)
+            state.get("partial_buffer"), rt.start_rollout_id, not c.use_sglang_router, rt.producer_options())
         ray.get(rt.manager.engine_urls.remote())  # the manager waited for every engine to be healthy
         if cfg.fault.use_fault_tolerance:
             from slime.rollout.fault import HealthMonitor
 
             rt.monitor = HealthMonitor(cfg.fault, lambda: rt.engines, rt.restart_engine).start()
         return rt
+
+    def producer_options(self) -> list[dict] | None:
+        """straw + fully async: Ray options of each producer actor (placement.producer_actor_options);
+        None when the rollout manager generates alone."""
+        from slime.ray.placement import producer_actor_options
+        from slime.rollout.producers import producer_count
+
+        n = producer_count(self.cfg)
+        return producer_actor_options(self.cfg.cluster, self.rollout_pool, n, len(self.engines)) if n >= 2 else None
 
     # -- engines ----------------------------------------------------------------------------------
     def _start_engine(self, j: int, wait: bool = True):
@@ -320,8 +329,10 @@ class Runtime:
             self.sync_weights()  # fresh groups must come from the weights being trained
             more, metrics = self.generate(rollout_id)  # the rollout/ and perf/ figures of what is trained
             kept.extend(more[:target - len(kept)])
+        from slime.rollout.producers import sample_id
+
         for i, s in enumerate(kept):
-            s.group_index = i // n
+            s.group_index, s.sample_id = i // n, sample_id(rollout_id, i // n, i % n)
         if r.max_weight_staleness is not None:
             metrics["rollout/stale_dropped_samples"] = float(dropped)
         return kept, metrics
