@@ -6,6 +6,11 @@ loop waits until the in-flight rollout has finished: no request ever runs across
 token's weight version is the one its sample reports, and rollout/staleness_* (versions behind the
 weights being trained) is the truth. --max-weight-staleness N drops groups staler than N versions
 (counted in rollout/stale_dropped_samples) and refills the rollout with fresh ones.
+
+With the straw queue (--rollout-queue-dir), producer actors generate each rollout's groups into the
+queue, one beside each engine group unless --num-rollout-producers says otherwise; a producer killed
+mid-rollout is restarted on its own queue and the rollout loses and repeats nothing
+(slime/rollout/producers.py, docs/en/fully-async.md#distributed-producers).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ WHY: dict[str, str] = {
     "placement.scheduling": "corrections.md#staleness",
     "rollout.partial_rollout": "rollout-scheduling.md#mixed-version-probabilities",
     "rollout.queue": "rollout-scheduling.md#checkpoint-boundaries",
+    "rollout.producers": "fully-async.md#distributed-producers",
     "resources.cp": "parallelism-memory.md#context-parallelism-zigzag-and-all-gather",
     "resources.cpu_adam": "parallelism-memory.md#memory-accounting",
     "precision.training": "precision.md#fp8-and-int4-serving",

@@ -135,6 +135,7 @@ class Rollout(_Section):
     queue: bool = field(False, description="straw: the persistent rollout queue (payloads and state stored durably).", flags=("--rollout-queue-dir", "--rollout-queue-run-id"))
     queue_run_id: str = field("run-001", pattern=r"^[A-Za-z0-9._-]{1,64}$", description="straw run id; a new experiment takes a fresh one.", flags=("--rollout-queue-run-id",))
     queue_state_dir: str | None = private(description="Directory where straw keeps queue state and payloads.", flags=("--rollout-queue-dir",))
+    producers: int | None = field(None, ge=1, le=1024, description="straw with fully async: producer actors that write each rollout's groups into the queue (--num-rollout-producers); empty: one beside each engine group.", flag="--num-rollout-producers")
     temperature: float = field(1.0, gt=0, le=10, description="Sampling temperature (--rollout-temperature), > 0.", flag="--rollout-temperature")
     max_response_len: int = field(8192, ge=1, le=1_048_576, description="Response-token limit (--rollout-max-response-len).", flag="--rollout-max-response-len")
 
@@ -153,12 +154,12 @@ class Precision(_Section):
 
 class Corrections(_Section):
     tis: bool = field(False, description="Truncated importance sampling: clip the train/rollout ratio (--use-tis).", flag="--use-tis")
-    tis_clip: float = field(2.0, gt=0, le=100, description="Upper clip of the TIS weight (--tis-clip).", flags=("--tis-clip",))
+    tis_clip: float = field(2.0, gt=0, le=100, description="Upper clip of the TIS weight, and SC's sequence-ratio truncation (--tis-clip).", flags=("--tis-clip",))
     icepop: bool = field(False, description="IcePop: mask tokens whose ratio is outside [low, high].", flag="--use-icepop")
     icepop_low: float = field(0.5, gt=0, le=1, description="IcePop lower ratio bound.", flags=("--icepop-low",))
     icepop_high: float = field(2.0, ge=1, le=100, description="IcePop upper ratio bound.", flags=("--icepop-high",))
     r3: bool = field(False, description="R3: replay the rollout's MoE routes in training (--use-rollout-routing-replay).", flags=("--use-rollout-routing-replay", "--sglang-enable-return-routed-experts"))
-    sc: bool = field(False, description="SC: score centering with REINFORCE.", flag="--use-sc")
+    sc: bool = field(False, description="SC: advantage = ratio-weighted reward minus its group mean, plain REINFORCE loss (--use-sc).", flag="--use-sc")
     deterministic: bool = field(False, description="Deterministic execution on each engine (not cross-engine equality).", flags=("--sglang-enable-deterministic-inference",))
 
 

@@ -223,13 +223,13 @@ _PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
     "LAB-HYB-1": lambda e, d: [("state_fp32", {}, "Keep the recurrent state in float32", {"precision.recurrent_state_dtype": "float32"})],
 }
 
-# The runtime's refusals (lab.runtime_verdict) that have a mechanical repair, by a phrase of the
-# runtime's own reason (the rule itself stays in slime/args.py). Repair ids keep the rule's name.
+# The runtime's refusals (lab.runtime_verdict) that have a mechanical repair, by the refusal's
+# code (slime/refusals.py; the rule itself stays in slime/args.py). Repair ids keep the rule's name.
 _RUNTIME_PROPOSERS: list[tuple[str, str, Callable[[Experiment, Derived], list[Proposal]]]] = [
-    ("train_async.py keeps generation in flight", "COL-1", _colocated_async),
-    ("samples would be dropped", "BAT-3",
+    ("args.async_colocate", "COL-1", _colocated_async),
+    ("args.gbs_divides", "BAT-3",
      lambda e, d: [("one_step", {}, "One optimizer step per rollout", {"task.num_steps_per_rollout": 1})]),
-    ("gives every sample advantage 0", "BAT-6",
+    ("args.one_sample_group", "BAT-6",
      lambda e, d: [("eight_samples", {}, "Eight samples per prompt", {"task.n_samples_per_prompt": 8})]),
 ]
 
@@ -237,8 +237,8 @@ _RUNTIME_PROPOSERS: list[tuple[str, str, Callable[[Experiment, Derived], list[Pr
 def _proposer(finding: Finding) -> tuple[str, Callable[[Experiment, Derived], list[Proposal]] | None]:
     if finding.id != "RUNTIME":
         return finding.id, _PROPOSERS.get(finding.id)
-    for phrase, rule, proposer in _RUNTIME_PROPOSERS:
-        if phrase in finding.message:
+    for code, rule, proposer in _RUNTIME_PROPOSERS:
+        if finding.params.get("code") == code:
             return rule, proposer
     return finding.id, None
 

@@ -7,6 +7,11 @@ the shell variables filled in and the recipe's MODEL_ARGS first), judged with
 existence, no installed-package check). Each refusal becomes a finding at the fields whose flags it
 names (the `x-flag` / `x-flags` declarations of lab/experiment.py). No lab rule restates a runtime
 rule: when the runtime gains a capability, its refusal, and the lab's finding, go away together.
+
+Each refusal carries the runtime's stable code and parameters (slime.refusals.Refusal). The lab
+words it in the page's language from `runtime.<code>` in lab/locales/messages.*.json (wording
+only: the rule stays in the runtime); a refusal without a code, or with a code the catalogue does
+not word, is shown in the runtime's own English, verbatim.
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from typing import Any
 
 from lab.experiment import EXTRA_FLAGS_PATH, FIELD_FLAGS, Experiment, fields_of_flag
 from lab.findings import Finding
+from lab.messages import DEFAULT_LANG, catalogue, ref
 from lab.recipes import REPO_ROOT, Recipe, get_recipe
 from lab.render import context as ctx
 from lab.render.env import Var
@@ -126,17 +132,32 @@ def runtime_findings(exp: Experiment) -> list[Finding]:
     return [f.model_copy() for f in _FOUND.get(exp.model_dump_json(), lambda: tuple(_findings(exp)))]
 
 
+RUNTIME_KEY = "runtime.{code}"  # the catalogue key that words a runtime code
+
+
+def runtime_finding(level: str, fields: list[str], message: str) -> Finding:
+    """One runtime refusal (or warning) as a finding. params: `reason`, the runtime's English text;
+    `code`, its stable code (None without one); `text`, what the message shows: the catalogue's
+    wording of the code (a reference rendered in each language), else the English text itself."""
+    from slime.refusals import code_of
+
+    code, args = code_of(message)
+    key = RUNTIME_KEY.format(code=code)
+    text: Any = ref(key, **args) if code and key in catalogue(DEFAULT_LANG) else str(message)
+    return Finding.of("RUNTIME", level, fields, level, reason=str(message), code=code, text=text)
+
+
 def _findings(exp: Experiment) -> list[Finding]:
     extra = ctx.extra_flag_tokens(exp)
     out = extra_flag_findings(exp)
     result = judge(exp)
     if result.cfg is None and extra:  # the extra flags do not parse: judge the rest without them
-        out.append(Finding.of("RUNTIME", "error", [EXTRA_FLAGS_PATH], "error", reason=result.errors[0]))
+        out += [runtime_finding("error", [EXTRA_FLAGS_PATH], msg) for msg in result.errors]
         result = judge(exp.model_copy(update={"advanced": exp.advanced.model_copy(update={"extra_flags": ""})}))
     for msg in result.errors:
-        out.append(Finding.of("RUNTIME", "error", fields_for_message(msg, extra), "error", reason=msg))
+        out.append(runtime_finding("error", fields_for_message(msg, extra), msg))
     for msg in result.warnings:
-        out.append(Finding.of("RUNTIME", "warning", fields_for_message(msg, extra), "warning", reason=msg))
+        out.append(runtime_finding("warning", fields_for_message(msg, extra), msg))
     return out
 
 

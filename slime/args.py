@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -21,6 +22,7 @@ from slime.config import (
     BatchConfig,
     ClusterConfig,
     Config,
+    CriticConfig,
     DataConfig,
     EvalConfig,
     FaultConfig,
@@ -34,6 +36,7 @@ from slime.config import (
     SyncConfig,
 )
 from slime.limits import cluster_size_errors
+from slime.refusals import Refusal, declare
 
 # Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
 MEGATRON_FLAGS = {
@@ -64,22 +67,62 @@ MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
 
 
 def advantage_estimator_choices() -> list[str]:
-    """The registry's estimators (slime/data/batch_builder.py, torch-free) plus ppo (refused)."""
+    """The registry's estimators (slime/data/batch_builder.py, torch-free)."""
     from slime.data.batch_builder import ADVANTAGE_ESTIMATORS
 
-    return [*ADVANTAGE_ESTIMATORS, "ppo"]
+    return list(ADVANTAGE_ESTIMATORS)
 
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root")
 
 
+# Command-line problems found while parsing (UsageError.problems), each with a stable code.
+_U = declare("usage", {
+    "unknown_flag": "unknown flag {flag}",
+    "unknown_flag_hint": "unknown flag {flag}; did you mean {close}?",
+    "unexpected_value": "unexpected value {value!r} (no flag takes it)",
+    "invalid_value": "argument {flag}: invalid {kind} value: {value}",
+    "invalid_choice": "argument {flag}: invalid choice: {value} (choose from {choices})",
+    "expected_one": "argument {flag}: expected one argument",
+    "expected_some": "argument {flag}: expected at least one argument",
+    "explicit_value": "argument {flag}: ignored explicit argument {value}",
+    "eval_pairs": "--eval-prompt-data takes NAME PATH pairs; got {count} items: {items}",
+    "expected_number": "{flag} {value!r}: expected a number",
+    "expected_integer": "{flag} {value!r}: expected an integer",
+    "expected_name": "{flag} {value!r}: expected a name",
+})
+
+# argparse's own messages (Python 3.12), read back into codes; anything else stays uncoded.
+_ARGPARSE = (
+    (re.compile(r"argument (?P<flag>\S+): invalid (?P<kind>\S+) value: (?P<value>.*)"), "invalid_value"),
+    (re.compile(r"argument (?P<flag>\S+): invalid choice: (?P<value>.*?) \(choose from (?P<choices>.*)\)"),
+     "invalid_choice"),
+    (re.compile(r"argument (?P<flag>\S+): expected one argument"), "expected_one"),
+    (re.compile(r"argument (?P<flag>\S+): expected at least one argument"), "expected_some"),
+    (re.compile(r"argument (?P<flag>\S+): ignored explicit argument (?P<value>.*)"), "explicit_value"),
+)
+
+
 class UsageError(ValueError):
-    """A command-line problem; the message names the flag."""
+    """A command-line problem; the message names the flag. `problems`: one entry per problem
+    (slime.refusals.Refusal where the problem has a code)."""
+
+    def __init__(self, *problems: str) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(problems))
+
+
+def _argparse_problem(message: str) -> str:
+    for rx, key in _ARGPARSE:
+        m = rx.fullmatch(message)
+        if m:
+            return _U(key, **m.groupdict())
+    return message
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # raise instead of sys.exit, so callers and tests see it
-        raise UsageError(message)
+        raise UsageError(_argparse_problem(message))
 
 
 def _bool(p: argparse._ArgumentGroup, name: str, help: str) -> None:
@@ -183,13 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="straw: durable rollout queue (payloads + state) in this directory")
     g.add_argument("--rollout-queue-run-id", default=None,
                    help="straw run id: the same id resumes the queue, a new experiment takes a fresh id")
+    g.add_argument("--num-rollout-producers", type=int, default=None,
+                   help="train_async.py with --rollout-queue-dir: producer actors that generate each rollout's "
+                        "groups into the straw queue, one beside each engine group (default: one per engine "
+                        "group there, 1 elsewhere); a producer killed mid-rollout is restarted and loses and "
+                        "duplicates nothing")
     g.add_argument("--max-weight-staleness", type=int, default=None,
                    help="train_async.py: drop (and count) groups holding a token generated more than N weight "
                         "versions before the one being trained; 0 keeps only on-policy samples")
 
     g = ap.add_argument_group("algorithm and loss")
     g.add_argument("--advantage-estimator", default="grpo", choices=advantage_estimator_choices(),
-                   help="ppo needs a critic and is refused by this build")
+                   help="ppo trains a critic (value model) beside the policy; trainer backends without one refuse it")
     _bool(g, "--normalize-advantages", "whiten token advantages over the rollout (mean 0, variance 1)")
     _bool(g, "--calculate-per-token-loss", "token-mean loss over the step's tokens instead of the mean of "
                                            "per-sample means")
@@ -202,12 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kl-loss-coef", type=float, default=0.0)
     g.add_argument("--kl-loss-type", choices=["k1", "k2", "k3", "low_var_kl"], default="k1")
     g.add_argument("--kl-coef", type=float, default=0.0,
-                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*); with group estimators "
+                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*, ppo); with group estimators "
                         "use --use-kl-loss")
     g.add_argument("--entropy-coef", type=float, default=0.0)
+    g.add_argument("--gamma", type=float, default=1.0, help="ppo: GAE discount per token")
+    g.add_argument("--lambd", type=float, default=1.0, help="ppo: GAE lambda (1: Monte-Carlo returns minus values)")
+    g.add_argument("--value-clip", type=float, default=0.2,
+                   help="ppo: a value moves at most this far from its pre-update prediction in the value loss")
     _bool(g, "--use-tis", "truncated importance sampling against the rollout log-probs")
     g.add_argument("--tis-clip", type=float, default=2.0)
     g.add_argument("--tis-clip-low", type=float, default=0.0)
+    _bool(g, "--use-sc", "SC (score centering): advantage = importance-weighted reward (sequence ratio "
+                         "pi_train/pi_rollout, truncated at --tis-clip) minus its group mean; plain REINFORCE loss "
+                         "(slime/training/advantages.py)")
     _bool(g, "--use-icepop", "IcePop: mask tokens whose train/rollout ratio leaves [low, high]")
     g.add_argument("--icepop-low", type=float, default=0.5)
     g.add_argument("--icepop-high", type=float, default=2.0)
@@ -215,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     _bool(g, "--use-routing-replay", "MoE: replay the routes of the first training forward (needs a MoE backend)")
     _bool(g, "--use-rollout-routing-replay", "MoE R3: replay the rollout engine's routes in training "
                                              "(needs a MoE backend and engines that return routes)")
+
+    g = ap.add_argument_group("critic (--advantage-estimator ppo)")
+    g.add_argument("--critic-lr", type=float, default=None, help="the critic's learning rate (default: --lr)")
+    g.add_argument("--critic-load", default=None,
+                   help="resume the critic from this checkpoint directory (default with --load: <--load>_critic)")
+    g.add_argument("--critic-save", default=None, help="critic checkpoints (default: <--save>_critic)")
 
     g = ap.add_argument_group("batching and optimizer")
     g.add_argument("--global-batch-size", type=int, default=None)
@@ -302,19 +363,18 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], 
 
 def _unknown_flag_error(unknown: list[str], parser: argparse.ArgumentParser) -> UsageError:
     known = [o for a in parser._actions for o in a.option_strings] + sorted(MEGATRON_FLAGS)
-    lines = []
+    lines: list[Refusal] = []
     prev_unknown_flag = False
     for tok in unknown:
         if not tok.startswith("-"):
             if not prev_unknown_flag:  # a value after an unknown flag is that flag's value
-                lines.append(f"unexpected value {tok!r} (no flag takes it)")
+                lines.append(_U("unexpected_value", value=tok))
             continue
         prev_unknown_flag = True
         name = tok.split("=", 1)[0]
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}?" if close else ""
-        lines.append(f"unknown flag {name}{hint}")
-    return UsageError("; ".join(lines))
+        lines.append(_U("unknown_flag_hint", flag=name, close=close[0]) if close else _U("unknown_flag", flag=name))
+    return UsageError(*lines)
 
 
 @lru_cache(maxsize=1)
@@ -337,7 +397,7 @@ def _eval_pairs(items: list[str] | None) -> list[tuple[str, str]]:
     if not items:
         return []
     if len(items) % 2:
-        raise UsageError(f"--eval-prompt-data takes NAME PATH pairs; got {len(items)} items: {items}")
+        raise UsageError(_U("eval_pairs", count=len(items), items=" ".join(items)))
     return [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
 
@@ -370,7 +430,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
                               ns.dynamic_sampling_filter_path, ns.partial_rollout,
                               ns.mask_offpolicy_in_partial_rollout, ns.rollout_queue_dir,
                               ns.rollout_queue_run_id, ns.rm_url, ns.rm_timeout, ns.rm_max_retries,
-                              ns.max_weight_staleness),
+                              ns.max_weight_staleness, ns.num_rollout_producers),
         run=RunConfig(ns.num_rollout, ns.num_epoch, ns.seed),
         model=ModelConfig(ns.hf_checkpoint, ns.ref_load, ns.load, ns.save, ns.save_interval),
         optim=OptimConfig(ns.lr, ns.weight_decay, ns.adam_beta1, ns.adam_beta2, ns.adam_eps, ns.clip_grad,
@@ -382,7 +442,8 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.kl_loss_type, ns.entropy_coef, ns.use_tis, ns.tis_clip, ns.tis_clip_low,
             ns.use_icepop, ns.icepop_low, ns.icepop_high, ns.use_rollout_logprobs,
             ns.rollout_temperature, ns.use_routing_replay, ns.use_rollout_routing_replay,
-            ns.calculate_per_token_loss, ns.normalize_advantages, ns.kl_coef, ns.rollout_max_response_len),
+            ns.calculate_per_token_loss, ns.normalize_advantages, ns.kl_coef, ns.rollout_max_response_len,
+            ns.use_sc, ns.gamma, ns.lambd, ns.value_clip),
         batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
                           ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
@@ -396,6 +457,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
                           ns.rollout_health_check_timeout, ns.rollout_health_check_first_wait),
         megatron=megatron,
         sglang=sglang,
+        critic=CriticConfig(ns.critic_lr, ns.critic_load, ns.critic_save),
         async_mode=async_mode,
     )
 
@@ -411,8 +473,8 @@ def _lr_schedule_flags(megatron: dict) -> dict[str, Any]:
             try:
                 out[key] = cast(megatron[key])
             except (TypeError, ValueError):
-                raise UsageError(f"--{key.replace('_', '-')} {megatron[key]!r}: expected "  # noqa: B904 - the value is named
-                                 f"{'a number' if cast is float else 'an integer' if cast is int else 'a name'}")
+                kind = "expected_number" if cast is float else "expected_integer" if cast is int else "expected_name"
+                raise UsageError(_U(kind, flag="--" + key.replace("_", "-"), value=megatron[key]))  # noqa: B904
     return out
 
 
@@ -439,11 +501,122 @@ def data_parallel_size(cfg: Config) -> int:
     return ranks // model if model and ranks % model == 0 else 0
 
 
+# Each refusal of validate() and warnings(), with its English text (slime/refusals.py): the lab
+# words the same code in other languages; the rule stays in the functions below.
+_R = declare("args", {
+    "run_length": "set the run length with --num-rollout or --num-epoch",
+    "engine_size": "--rollout-num-gpus-per-engine must be >= 1 (GPUs of one rollout engine)",
+    "rollout_batch": "--rollout-batch-size is required (prompts per rollout, > 0)",
+    "n_samples": "--n-samples-per-prompt must be >= 1",
+    "temperature": "--rollout-temperature must be > 0 (log-probs are taken at this temperature)",
+    "top_p": "--rollout-top-p must lie in (0, 1]",
+    "gbs_vs_steps": "--global-batch-size {gbs} disagrees with --num-steps-per-rollout {steps} "
+                    "(rollout holds {samples} samples); keep one",
+    "gbs_divides": "--global-batch-size {gbs} does not divide the {samples} samples of a rollout "
+                   "(--rollout-batch-size x --n-samples-per-prompt): samples would be dropped",
+    "gbs_dp": "the global batch ({gbs} samples) does not split over {dp} data-parallel ranks "
+              "(--actor-num-nodes x --actor-num-gpus-per-node / model-parallel size)",
+    "dynamic_batch": "--use-dynamic-batch-size needs --max-tokens-per-gpu",
+    "one_sample_group": "--n-samples-per-prompt 1 with a group-relative estimator gives every sample advantage 0; "
+                        "use n >= 2 or --disable-rewards-normalization",
+    "no_reward": "choose a reward: --rm-type (deepscaler, math, dapo, f1, gpqa, remote_rm, ...) or --custom-rm-path",
+    "group_rm": "--group-rm needs --custom-rm-path (a function that scores a whole group)",
+    "prompt_data": "--prompt-data is required",
+    "prompt_data_missing": "--prompt-data: file not found: {path}",
+    "hf_checkpoint": "--hf-checkpoint is required (tokenizer, config and serving weights)",
+    "hf_not_dir": "--hf-checkpoint: not a directory: {path}",
+    "save_interval": "--save-interval needs --save",
+    "load_not_dir": "--load: not a directory: {path}",
+    "kl_loss_ref": "--use-kl-loss needs a frozen reference model from --ref-load",
+    "kl_coef_ref": "--kl-coef needs a frozen reference model from --ref-load (the KL in the reward is to it)",
+    "tis_icepop": "--use-tis and --use-icepop are two corrections of the same ratio: pick one",
+    "sc_ratio": "--use-sc with {flag}: SC already weighs each sample by its truncated sequence ratio "
+                "(--tis-clip); drop {flag}",
+    "sc_estimator": "--use-sc with --advantage-estimator {estimator}: SC centres importance-weighted scores within "
+                    "each group of --n-samples-per-prompt and trains with plain REINFORCE; use grpo or dr_grpo",
+    "sc_kl_coef": "--use-sc with --kl-coef {kl_coef}: SC puts no KL in the reward; use --use-kl-loss --kl-loss-coef",
+    "sc_clip": "--use-sc truncates the sequence ratio at --tis-clip {clip}, which must be > 0",
+    "sc_one_sample": "--use-sc with --n-samples-per-prompt 1: a group of one sample is its own mean, so every "
+                     "advantage is 0; use n >= 2",
+    "eval_data": "--eval-interval needs --eval-prompt-data NAME PATH",
+    "eval_missing": "--eval-prompt-data {name}: file not found: {path}",
+    "disk_dir": "--update-weight-transport disk needs --update-weight-disk-dir",
+    "delta": "--update-weight-mode delta is not implemented yet; use full",
+    "async_colocate": "train_async.py keeps generation in flight while training, which needs separate pools: "
+                      "drop --colocate (or use train.py)",
+    "external_colocate": "--rollout-external-engine-addrs with --colocate: external engines run on GPUs slime does "
+                         "not own, so nothing can be colocated with them",
+    "external_layout": "--rollout-external-engine-addrs with --sglang-config / --prefill-num-servers: the external "
+                       "deployment owns the engines' layout (SGL-4)",
+    "external_tensor": "--update-weight-transport tensor with external engines: use disk, http or nccl",
+    "sglang_config_prefill": "--sglang-config with --prefill-num-servers: describe PD in the config only (SGL-4)",
+    "sglang_config_missing": "--sglang-config: file not found: {path}",
+    "mooncake_missing": "--update-weight-transport mooncake: Mooncake's transfer engine is not installed: pip install "
+                        "mooncake-transfer-engine-non-cuda (CPU hosts, with libibverbs1) or mooncake-transfer-engine "
+                        "(CUDA hosts)",
+    "mooncake_sglang": "--update-weight-transport mooncake with --rollout-backend sglang: SGLang serves no Mooncake "
+                       "weight-update endpoint (it uses Mooncake for PD KV transfer only); use nccl or disk",
+    "mooncake_flags": "--mooncake-protocol / --mooncake-device apply to --update-weight-transport mooncake only",
+    "router_slime": "--router-policy {policy} is not a policy of the slime router: add --use-sglang-router",
+    "router_sglang": "--router-policy {policy} is not a policy of the sglang-router router: use cache_aware, "
+                     "round_robin, power_of_two or random",
+    "sglang_router_missing": "--use-sglang-router: sglang-router is not installed (pip install sglang-router==0.3.2)",
+    "health_check": "--rollout-health-check-interval and --rollout-health-check-timeout must be > 0",
+    "wandb": "--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl",
+    # _algorithm_errors
+    "critic_flags_unused": "{flags}: read by --advantage-estimator ppo only (the critic and GAE); drop them or use ppo",
+    "gae_range": "--gamma {gamma} / --lambd {lambd}: both must lie in [0, 1]",
+    "value_clip": "--value-clip {value_clip} must be > 0 (how far one update may move a value)",
+    "critic_lr": "--critic-lr {lr} must be > 0",
+    "critic_save": "--critic-save needs --save: the critic is saved with the policy's checkpoints (--save-interval)",
+    "kl_coef_group": "--kl-coef {kl_coef} with --advantage-estimator {estimator}: a group-relative estimator takes no "
+                     "KL in the reward; use --use-kl-loss --kl-loss-coef, or reinforce_plus_plus(_baseline)",
+    "kl_coef_negative": "--kl-coef must be >= 0",
+    "dr_grpo_per_token": "--advantage-estimator dr_grpo normalizes by a constant (samples x --rollout-max-response-len); "
+                         "drop --calculate-per-token-loss",
+    "lr_decay_style": "--lr-decay-style {style}: this build schedules {styles}",
+    "min_lr": "--min-lr {min_lr} must lie in [0, --lr {lr}]",
+    "warmup_range": "--lr-warmup-iters must be >= 0 and --lr-warmup-fraction in [0, 1]",
+    "warmup_both": "--lr-warmup-iters and --lr-warmup-fraction both set: keep one",
+    "decay_iters": "--lr-decay-iters {decay} must be >= 1 and above --lr-warmup-iters {warmup}",
+    "sync_interval": "--update-weights-interval must be >= 1",
+    "staleness_negative": "--max-weight-staleness must be >= 0",
+    "staleness_sync": "--max-weight-staleness applies to train_async.py; train.py trains every rollout on the "
+                      "weights that generated it (use --update-weights-interval to allow staleness)",
+    # _reward_errors
+    "remote_url": "--rm-type remote_rm needs --rm-url http://HOST:PORT/PATH (the reward model's endpoint)",
+    "rm_url_unused": "--rm-url is read by --rm-type remote_rm (or a --custom-rm-path hook, as args.rollout.rm_url); "
+                     "add one, or drop --rm-url",
+    "rm_timeout": "--rm-timeout must be > 0 and --rm-max-retries >= 0",
+    # _rollout_mode_errors
+    "over_sampling": "--over-sampling-batch-size {over} is below --rollout-batch-size {rbs}: each round must submit "
+                     "at least the groups a rollout keeps (BAT-7); use 1.5-3x",
+    "filter_one_sample": "--dynamic-sampling-filter-path nonzero_reward_std with --n-samples-per-prompt 1: a group of "
+                         "one sample has zero reward std, so no group ever passes and generation never finishes (BAT-6)",
+    "mask_without_partial": "--mask-offpolicy-in-partial-rollout without --partial-rollout does nothing (PRT-1): "
+                            "add --partial-rollout or drop the mask flag",
+    "generate_hook_dynamic": "--custom-generate-function-path with --over-sampling-batch-size / "
+                             "--dynamic-sampling-filter-path / --partial-rollout: per-group submission, abort and "
+                             "continuation go through the built-in generation only; drop the generate hook or these flags",
+    "queue_pair": "straw queue: give both --rollout-queue-dir DIR and --rollout-queue-run-id ID",
+    "queue_run_id": "--rollout-queue-run-id {run_id!r}: use letters, digits, dots, underscores and hyphens only",
+    # warnings()
+    "warn_partial_no_over": "PRT-1: --partial-rollout without --over-sampling-batch-size > --rollout-batch-size or a "
+                            "dynamic filter: nothing is still in flight when a rollout reaches its target, so nothing "
+                            "is recycled",
+    "warn_partial_no_mask": "PRT-1: --partial-rollout with neither --mask-offpolicy-in-partial-rollout nor --use-tis: "
+                            "resumed samples carry tokens of older weight versions that are trained as if on-policy",
+    "warn_filter_no_over": "BAT-7: a dynamic filter without --over-sampling-batch-size > --rollout-batch-size: every "
+                           "dropped group starts another full sampling round (over-sample 1.5-3x)",
+})
+
+
 def validate(cfg: Config, environment: bool = True) -> list[str]:
     """Every problem found, each naming its flags. Pure: reads files' existence, allocates nothing.
 
     environment=False judges the flags alone, as on the target cluster: no file existence, no
     installed-package check (the lab and the contract test judge a script meant for another machine).
+    Each problem is a slime.refusals.Refusal (English text with a stable code and its parameters).
     """
     from pathlib import Path
 
@@ -456,114 +629,103 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     e: list[str] = []
     r, b = cfg.rollout, cfg.batch
     if cfg.run.num_rollout is None and cfg.run.num_epoch is None:
-        e.append("set the run length with --num-rollout or --num-epoch")
+        e.append(_R("run_length"))
     if cfg.cluster.rollout_num_gpus_per_engine < 1 and not cfg.cluster.external:
-        e.append("--rollout-num-gpus-per-engine must be >= 1 (GPUs of one rollout engine)")
+        e.append(_R("engine_size"))
     if r.rollout_batch_size <= 0:
-        e.append("--rollout-batch-size is required (prompts per rollout, > 0)")
+        e.append(_R("rollout_batch"))
     if r.n_samples_per_prompt < 1:
-        e.append("--n-samples-per-prompt must be >= 1")
+        e.append(_R("n_samples"))
     if r.sampling.temperature <= 0:
-        e.append("--rollout-temperature must be > 0 (log-probs are taken at this temperature)")
+        e.append(_R("temperature"))
     if not 0 < r.sampling.top_p <= 1:
-        e.append("--rollout-top-p must lie in (0, 1]")
+        e.append(_R("top_p"))
     samples = r.rollout_batch_size * r.n_samples_per_prompt
     if b.global_batch_size and b.num_steps_per_rollout and samples and \
             b.global_batch_size != samples // b.num_steps_per_rollout:
-        e.append(f"--global-batch-size {b.global_batch_size} disagrees with --num-steps-per-rollout "
-                 f"{b.num_steps_per_rollout} (rollout holds {samples} samples); keep one")
+        e.append(_R("gbs_vs_steps", gbs=b.global_batch_size, steps=b.num_steps_per_rollout, samples=samples))
     gbs = b.global_batch_size or (samples // (b.num_steps_per_rollout or 1) if samples else 0)
     if samples and gbs and samples % gbs:
-        e.append(f"--global-batch-size {gbs} does not divide the {samples} samples of a rollout "
-                 f"(--rollout-batch-size x --n-samples-per-prompt): samples would be dropped")
+        e.append(_R("gbs_divides", gbs=gbs, samples=samples))
     dp = data_parallel_size(cfg)
     if samples and gbs and dp and gbs % dp:
-        e.append(f"the global batch ({gbs} samples) does not split over {dp} data-parallel ranks "
-                 f"(--actor-num-nodes x --actor-num-gpus-per-node / model-parallel size)")
+        e.append(_R("gbs_dp", gbs=gbs, dp=dp))
     if b.use_dynamic_batch_size and not b.max_tokens_per_gpu:
-        e.append("--use-dynamic-batch-size needs --max-tokens-per-gpu")
+        e.append(_R("dynamic_batch"))
     if r.n_samples_per_prompt == 1 and cfg.loss.advantage_estimator in GROUP_ESTIMATORS \
             and cfg.loss.normalize_rewards:
-        e.append("--n-samples-per-prompt 1 with a group-relative estimator gives every sample advantage 0; "
-                 "use n >= 2 or --disable-rewards-normalization")
+        e.append(_R("one_sample_group"))
     e.extend(_algorithm_errors(cfg))
     if not r.rm_type and not r.custom_rm_path:
-        e.append("choose a reward: --rm-type (deepscaler, math, dapo, f1, gpqa, remote_rm, ...) or --custom-rm-path")
+        e.append(_R("no_reward"))
     e.extend(_reward_errors(cfg))
     if r.group_rm and not r.custom_rm_path:
-        e.append("--group-rm needs --custom-rm-path (a function that scores a whole group)")
+        e.append(_R("group_rm"))
     if cfg.data.prompt_data is None:
-        e.append("--prompt-data is required")
+        e.append(_R("prompt_data"))
     elif not exists(cfg.data.prompt_data):
-        e.append(f"--prompt-data: file not found: {cfg.data.prompt_data}")
+        e.append(_R("prompt_data_missing", path=cfg.data.prompt_data))
     if cfg.model.hf_checkpoint is None:
-        e.append("--hf-checkpoint is required (tokenizer, config and serving weights)")
+        e.append(_R("hf_checkpoint"))
     elif not is_dir(cfg.model.hf_checkpoint):
-        e.append(f"--hf-checkpoint: not a directory: {cfg.model.hf_checkpoint}")
+        e.append(_R("hf_not_dir", path=cfg.model.hf_checkpoint))
     if cfg.model.save_interval and not cfg.model.save:
-        e.append("--save-interval needs --save")
+        e.append(_R("save_interval"))
     if cfg.model.load and not is_dir(cfg.model.load):
-        e.append(f"--load: not a directory: {cfg.model.load}")
+        e.append(_R("load_not_dir", path=cfg.model.load))
     if cfg.loss.use_kl_loss and not cfg.model.ref_load:
-        e.append("--use-kl-loss needs a frozen reference model from --ref-load")
+        e.append(_R("kl_loss_ref"))
     if cfg.loss.kl_coef != 0.0 and not cfg.model.ref_load:
-        e.append("--kl-coef needs a frozen reference model from --ref-load (the KL in the reward is to it)")
+        e.append(_R("kl_coef_ref"))
     if cfg.loss.use_tis and cfg.loss.use_icepop:
-        e.append("--use-tis and --use-icepop are two corrections of the same ratio: pick one")
+        e.append(_R("tis_icepop"))
     if cfg.eval.interval and not cfg.eval.datasets:
-        e.append("--eval-interval needs --eval-prompt-data NAME PATH")
+        e.append(_R("eval_data"))
     for name, path in cfg.eval.datasets:
         if not exists(path):
-            e.append(f"--eval-prompt-data {name}: file not found: {path}")
+            e.append(_R("eval_missing", name=name, path=path))
     if cfg.sync.transport == "disk" and not cfg.sync.disk_dir:
-        e.append("--update-weight-transport disk needs --update-weight-disk-dir")
+        e.append(_R("disk_dir"))
     if cfg.sync.update_weight_mode == "delta":
-        e.append("--update-weight-mode delta is not implemented yet; use full")
+        e.append(_R("delta"))
     if cfg.async_mode and cfg.cluster.colocate:
-        e.append("train_async.py keeps generation in flight while training, which needs separate pools: "
-                 "drop --colocate (or use train.py)")
+        e.append(_R("async_colocate"))
     c = cfg.cluster
     e.extend(cluster_size_errors(c.actor_num_nodes, c.actor_num_gpus_per_node, c.num_gpus_per_node,
                                  c.rollout_num_gpus, c.rollout_num_gpus_per_engine))
     if c.external:
         if c.colocate:
-            e.append("--rollout-external-engine-addrs with --colocate: external engines run on GPUs slime does "
-                     "not own, so nothing can be colocated with them")
+            e.append(_R("external_colocate"))
         if c.sglang_config or c.prefill_num_servers:
-            e.append("--rollout-external-engine-addrs with --sglang-config / --prefill-num-servers: the external "
-                     "deployment owns the engines' layout (SGL-4)")
+            e.append(_R("external_layout"))
         if cfg.sync.transport == "tensor":
-            e.append("--update-weight-transport tensor with external engines: use disk, http or nccl")
+            e.append(_R("external_tensor"))
     if c.sglang_config and c.prefill_num_servers:
-        e.append("--sglang-config with --prefill-num-servers: describe PD in the config only (SGL-4)")
+        e.append(_R("sglang_config_prefill"))
     if c.sglang_config and not exists(c.sglang_config):
-        e.append(f"--sglang-config: file not found: {c.sglang_config}")
+        e.append(_R("sglang_config_missing", path=c.sglang_config))
     if cfg.sync.transport == "mooncake":
         import importlib.util
 
         if importlib.util.find_spec("mooncake") is None:
-            e.append("--update-weight-transport mooncake: Mooncake's transfer engine is not installed: pip install "
-                     "mooncake-transfer-engine-non-cuda (CPU hosts, with libibverbs1) or mooncake-transfer-engine "
-                     "(CUDA hosts)")
+            e.append(_R("mooncake_missing"))
         if c.rollout_backend == "sglang" and not c.external:
-            e.append("--update-weight-transport mooncake with --rollout-backend sglang: SGLang serves no Mooncake "
-                     "weight-update endpoint (it uses Mooncake for PD KV transfer only); use nccl or disk")
+            e.append(_R("mooncake_sglang"))
     elif cfg.sync.mooncake_protocol != "tcp" or cfg.sync.mooncake_device:
-        e.append("--mooncake-protocol / --mooncake-device apply to --update-weight-transport mooncake only")
+        e.append(_R("mooncake_flags"))
     router = "sglang-router" if c.use_sglang_router else "slime"
     if router not in ROUTER_POLICIES.get(c.router_policy, ()):
-        fix = "add --use-sglang-router" if router == "slime" else "use cache_aware, round_robin, power_of_two or random"
-        e.append(f"--router-policy {c.router_policy} is not a policy of the {router} router: {fix}")
+        e.append(_R("router_slime" if router == "slime" else "router_sglang", policy=c.router_policy))
     if c.use_sglang_router:
         import importlib.util
 
         if importlib.util.find_spec("sglang_router") is None:
-            e.append("--use-sglang-router: sglang-router is not installed (pip install sglang-router==0.3.2)")
+            e.append(_R("sglang_router_missing"))
     f = cfg.fault
     if f.use_fault_tolerance and (f.health_check_interval <= 0 or f.health_check_timeout <= 0):
-        e.append("--rollout-health-check-interval and --rollout-health-check-timeout must be > 0")
+        e.append(_R("health_check"))
     if cfg.log.use_wandb:
-        e.append("--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl")
+        e.append(_R("wandb"))
     e.extend(_rollout_mode_errors(cfg))
     e.extend(backend_capability_errors(cfg, environment))
     if environment:
@@ -572,6 +734,29 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
 
 
 GROUP_ESTIMATORS = ("grpo", "dr_grpo", "gspo", "cispo")
+# SC replaces the advantage by centred importance-weighted scores and the loss by plain REINFORCE:
+# the estimators whose advantage is a group-centred reward and whose loss is PPO's (gspo / cispo
+# have their own losses, reinforce_plus_plus* their own KL-in-reward advantages).
+SC_ESTIMATORS = ("grpo", "dr_grpo")
+
+
+def _sc_errors(cfg: Config) -> list[str]:
+    loss = cfg.loss
+    if not loss.use_sc:
+        return []
+    e: list[str] = []
+    for flag, on in (("--use-tis", loss.use_tis), ("--use-icepop", loss.use_icepop)):
+        if on:
+            e.append(_R("sc_ratio", flag=flag))
+    if loss.advantage_estimator not in SC_ESTIMATORS:
+        e.append(_R("sc_estimator", estimator=loss.advantage_estimator))
+    if loss.kl_coef != 0.0:
+        e.append(_R("sc_kl_coef", kl_coef=loss.kl_coef))
+    if cfg.rollout.n_samples_per_prompt == 1:
+        e.append(_R("sc_one_sample"))
+    if loss.tis_clip <= 0:
+        e.append(_R("sc_clip", clip=loss.tis_clip))
+    return e
 
 
 def _algorithm_errors(cfg: Config) -> list[str]:
@@ -579,35 +764,55 @@ def _algorithm_errors(cfg: Config) -> list[str]:
     e: list[str] = []
     loss, o = cfg.loss, cfg.optim
     est = loss.advantage_estimator
-    if est == "ppo":
-        e.append("--advantage-estimator ppo needs a critic (value model, GAE), which this build does not train; "
-                 "use grpo, gspo, cispo, dr_grpo, reinforce_plus_plus or reinforce_plus_plus_baseline")
+    e.extend(_critic_errors(cfg))
     if loss.kl_coef != 0.0 and est in GROUP_ESTIMATORS:
-        e.append(f"--kl-coef {loss.kl_coef} with --advantage-estimator {est}: a group-relative estimator takes no KL "
-                 f"in the reward; use --use-kl-loss --kl-loss-coef, or reinforce_plus_plus(_baseline)")
+        e.append(_R("kl_coef_group", kl_coef=loss.kl_coef, estimator=est))
     if loss.kl_coef < 0:
-        e.append("--kl-coef must be >= 0")
+        e.append(_R("kl_coef_negative"))
     if est == "dr_grpo" and loss.calculate_per_token_loss:
-        e.append("--advantage-estimator dr_grpo normalizes by a constant (samples x --rollout-max-response-len); "
-                 "drop --calculate-per-token-loss")
+        e.append(_R("dr_grpo_per_token"))
+    e.extend(_sc_errors(cfg))
     if o.lr_decay_style not in LR_DECAY_STYLES:
-        e.append(f"--lr-decay-style {o.lr_decay_style}: this build schedules {', '.join(LR_DECAY_STYLES)}")
+        e.append(_R("lr_decay_style", style=o.lr_decay_style, styles=", ".join(LR_DECAY_STYLES)))
     if o.min_lr < 0 or o.min_lr > o.lr:
-        e.append(f"--min-lr {o.min_lr} must lie in [0, --lr {o.lr}]")
+        e.append(_R("min_lr", min_lr=o.min_lr, lr=o.lr))
     if o.lr_warmup_iters < 0 or (o.lr_warmup_fraction is not None and not 0 <= o.lr_warmup_fraction <= 1):
-        e.append("--lr-warmup-iters must be >= 0 and --lr-warmup-fraction in [0, 1]")
+        e.append(_R("warmup_range"))
     if o.lr_warmup_iters and o.lr_warmup_fraction is not None:
-        e.append("--lr-warmup-iters and --lr-warmup-fraction both set: keep one")
+        e.append(_R("warmup_both"))
     if o.lr_decay_iters is not None and (o.lr_decay_iters < 1 or o.lr_warmup_iters >= o.lr_decay_iters):
-        e.append(f"--lr-decay-iters {o.lr_decay_iters} must be >= 1 and above --lr-warmup-iters {o.lr_warmup_iters}")
+        e.append(_R("decay_iters", decay=o.lr_decay_iters, warmup=o.lr_warmup_iters))
     if cfg.sync.interval < 1:
-        e.append("--update-weights-interval must be >= 1")
+        e.append(_R("sync_interval"))
     if cfg.rollout.max_weight_staleness is not None:
         if cfg.rollout.max_weight_staleness < 0:
-            e.append("--max-weight-staleness must be >= 0")
+            e.append(_R("staleness_negative"))
         if not cfg.async_mode:
-            e.append("--max-weight-staleness applies to train_async.py; train.py trains every rollout on the "
-                     "weights that generated it (use --update-weights-interval to allow staleness)")
+            e.append(_R("staleness_sync"))
+    return e
+
+
+def _critic_errors(cfg: Config) -> list[str]:
+    """PPO's own flags: their ranges with ppo, and refused without it (they would change nothing).
+    Whether the trainer backend has a critic is its capability check's to say (slime/backends)."""
+    loss, c = cfg.loss, cfg.critic
+    e: list[str] = []
+    if loss.advantage_estimator != "ppo":
+        set_ = [flag for flag, on in (("--gamma", loss.gamma != 1.0), ("--lambd", loss.lambd != 1.0),
+                                      ("--value-clip", loss.value_clip != 0.2), ("--critic-lr", c.lr is not None),
+                                      ("--critic-load", c.load is not None), ("--critic-save", c.save is not None))
+                if on]
+        if set_:
+            e.append(_R("critic_flags_unused", flags=", ".join(set_)))
+        return e
+    if not 0.0 <= loss.gamma <= 1.0 or not 0.0 <= loss.lambd <= 1.0:
+        e.append(_R("gae_range", gamma=loss.gamma, lambd=loss.lambd))
+    if loss.value_clip <= 0:
+        e.append(_R("value_clip", value_clip=loss.value_clip))
+    if c.lr is not None and c.lr <= 0:
+        e.append(_R("critic_lr", lr=c.lr))
+    if c.save and not cfg.model.save:
+        e.append(_R("critic_save"))
     return e
 
 
@@ -622,12 +827,11 @@ def _reward_errors(cfg: Config) -> list[str]:
             e.append(err)
     remote = (r.rm_type or "").removeprefix("boxed_") == "remote_rm" and not r.custom_rm_path
     if remote and not r.rm_url:
-        e.append("--rm-type remote_rm needs --rm-url http://HOST:PORT/PATH (the reward model's endpoint)")
+        e.append(_R("remote_url"))
     if r.rm_url and not remote and not r.custom_rm_path:  # a custom hook reads it as args.rollout.rm_url
-        e.append("--rm-url is read by --rm-type remote_rm (or a --custom-rm-path hook, as args.rollout.rm_url); "
-                 "add one, or drop --rm-url")
+        e.append(_R("rm_url_unused"))
     if r.rm_timeout <= 0 or r.rm_max_retries < 0:
-        e.append("--rm-timeout must be > 0 and --rm-max-retries >= 0")
+        e.append(_R("rm_timeout"))
     return e
 
 
@@ -640,23 +844,18 @@ def _rollout_mode_errors(cfg: Config) -> list[str]:
     r = cfg.rollout
     over = r.over_sampling_batch_size
     if over is not None and over < max(r.rollout_batch_size, 1):
-        e.append(f"--over-sampling-batch-size {over} is below --rollout-batch-size {r.rollout_batch_size}: "
-                 f"each round must submit at least the groups a rollout keeps (BAT-7); use 1.5-3x")
+        e.append(_R("over_sampling", over=over, rbs=r.rollout_batch_size))
     if r.dynamic_sampling_filter_path and r.n_samples_per_prompt == 1 and \
             r.dynamic_sampling_filter_path.endswith("nonzero_reward_std"):
-        e.append("--dynamic-sampling-filter-path nonzero_reward_std with --n-samples-per-prompt 1: a group of one "
-                 "sample has zero reward std, so no group ever passes and generation never finishes (BAT-6)")
+        e.append(_R("filter_one_sample"))
     if r.mask_offpolicy_in_partial_rollout and not r.partial_rollout:
-        e.append("--mask-offpolicy-in-partial-rollout without --partial-rollout does nothing (PRT-1): "
-                 "add --partial-rollout or drop the mask flag")
+        e.append(_R("mask_without_partial"))
     if r.dynamic and r.custom_generate_function_path:
-        e.append("--custom-generate-function-path with --over-sampling-batch-size / --dynamic-sampling-filter-path / "
-                 "--partial-rollout: per-group submission, abort and continuation go through the built-in "
-                 "generation only; drop the generate hook or these flags")
+        e.append(_R("generate_hook_dynamic"))
     if bool(r.queue_dir) != bool(r.queue_run_id):
-        e.append("straw queue: give both --rollout-queue-dir DIR and --rollout-queue-run-id ID")
+        e.append(_R("queue_pair"))
     if r.queue_run_id and not set(r.queue_run_id) <= _RUN_ID_CHARS:
-        e.append(f"--rollout-queue-run-id {r.queue_run_id!r}: use letters, digits, '.', '_' and '-' only")
+        e.append(_R("queue_run_id", run_id=r.queue_run_id))
     if r.queue_dir and r.queue_run_id and set(r.queue_run_id) <= _RUN_ID_CHARS:
         from slime.rollout.queue import QueueError, check_run_id
 
@@ -664,6 +863,36 @@ def _rollout_mode_errors(cfg: Config) -> list[str]:
             check_run_id(r.queue_dir, r.queue_run_id)
         except QueueError as err:
             e.append(str(err))
+    e.extend(_producer_errors(cfg))
+    return e
+
+
+def _producer_errors(cfg: Config) -> list[str]:
+    """--num-rollout-producers: producers write a rollout's groups into straw while train_async.py
+    trains the previous rollout; elsewhere there is nothing for a second producer to do."""
+    n, r = cfg.rollout.num_producers, cfg.rollout
+    if n is None:
+        return []
+    if n < 1:
+        return [f"--num-rollout-producers {n}: at least 1 (1 is the rollout manager alone)"]
+    if n == 1:
+        return []
+    e: list[str] = []
+    if not cfg.async_mode:
+        e.append(f"--num-rollout-producers {n} with train.py: producers feed the fully async loop; "
+                 f"run train_async.py, or drop the flag (train.py generates in the rollout manager)")
+    if not r.queue_dir:
+        e.append(f"--num-rollout-producers {n} without --rollout-queue-dir: producers write every group durably "
+                 f"into the straw queue; add --rollout-queue-dir DIR --rollout-queue-run-id ID")
+    if r.dynamic:
+        e.append(f"--num-rollout-producers {n} with --over-sampling-batch-size / --dynamic-sampling-filter-path / "
+                 f"--partial-rollout: aborting and buffering span the whole rollout and run in the rollout "
+                 f"manager; drop these flags or use --num-rollout-producers 1")
+    c = cfg.cluster
+    engines = c.num_engines if c.external or c.rollout_num_gpus_per_engine >= 1 else n  # else refused elsewhere
+    if n > engines:
+        e.append(f"--num-rollout-producers {n} with {engines} rollout engine(s): at most one producer per engine "
+                 f"group; use --num-rollout-producers {engines} or add engines (--rollout-num-gpus)")
     return e
 
 
@@ -674,13 +903,9 @@ def warnings(cfg: Config) -> list[str]:
     if r.partial_rollout:
         if not (r.over_sampling_batch_size and r.over_sampling_batch_size > r.rollout_batch_size) \
                 and not r.dynamic_sampling_filter_path:
-            w.append("PRT-1: --partial-rollout without --over-sampling-batch-size > --rollout-batch-size or a "
-                     "dynamic filter: nothing is still in flight when a rollout reaches its target, so nothing "
-                     "is recycled")
+            w.append(_R("warn_partial_no_over"))
         if not r.mask_offpolicy_in_partial_rollout and not cfg.loss.use_tis:
-            w.append("PRT-1: --partial-rollout with neither --mask-offpolicy-in-partial-rollout nor --use-tis: "
-                     "resumed samples carry tokens of older weight versions that are trained as if on-policy")
+            w.append(_R("warn_partial_no_mask"))
     if r.dynamic_sampling_filter_path and r.over_sampling_batch_size in (None, r.rollout_batch_size):
-        w.append("BAT-7: a dynamic filter without --over-sampling-batch-size > --rollout-batch-size: every "
-                 "dropped group starts another full sampling round (over-sample 1.5-3x)")
+        w.append(_R("warn_filter_no_over"))
     return w

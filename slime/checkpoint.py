@@ -104,7 +104,23 @@ def resolve_checkpoint(root: str | Path, flag: str = "--load") -> Checkpoint:
     state_path = d / "state.json"
     if not state_path.exists():
         raise CheckpointError(f"{flag} {root}: {MARKER} says {it!r} but {state_path} is missing")
-    state = json.loads(state_path.read_text())
+    return _verified(root, d, flag)
+
+
+def resolve_iteration(root: str | Path, iteration: int | str, flag: str) -> Checkpoint:
+    """The checkpoint of one iteration under root, whatever the marker says (a critic resumes at
+    its policy's iteration, not at its own latest save), verified like resolve_checkpoint."""
+    root = Path(root)
+    d = iter_dir(root, iteration)
+    if not (d / "state.json").exists():
+        found = sorted(p.name for p in root.glob("iter_*")) if root.is_dir() else []
+        raise CheckpointError(f"{flag} {root}: no complete {d.name} (holds {found or 'nothing'}); the policy "
+                              f"checkpoint being resumed is iteration {iteration}")
+    return _verified(root, d, flag)
+
+
+def _verified(root: Path, d: Path, flag: str) -> Checkpoint:
+    state = json.loads((d / "state.json").read_text())
     for name, want in state.get("files", {}).items():
         f = d / name
         if not f.exists():
@@ -139,3 +155,29 @@ def restore_rng(rng: dict[str, Any]) -> None:
         torch.set_rng_state(torch.from_numpy(raw))
     if "python" in rng:
         random.setstate(ast.literal_eval(rng["python"]))
+
+
+# -- the critic of --advantage-estimator ppo: its own checkpoint root, saved at the policy's iterations --
+
+
+def critic_roots(model, critic) -> tuple[str | None, str | None]:
+    """(load root, save root) of the critic: --critic-load / --critic-save, else the policy's
+    --load / --save with "_critic" appended (the reference runtime's default)."""
+    load = critic.load or (f"{str(model.load).rstrip('/')}_critic" if model.load else None)
+    save = critic.save or (f"{str(model.save).rstrip('/')}_critic" if model.save else None)
+    return load, save
+
+
+def resolve_critic(model, critic) -> Checkpoint | None:
+    """The critic checkpoint a run starts from, or None for a fresh critic.
+
+    Resuming the policy (--load) resumes the critic at the SAME iteration: a critic trained on
+    more or fewer rollouts than its policy would mis-estimate every advantage of the first update.
+    Without --load, --critic-load (a critic trained elsewhere) is read at its latest iteration."""
+    load, _ = critic_roots(model, critic)
+    if load is None:
+        return None
+    if not model.load:
+        return resolve_checkpoint(load, "--critic-load")
+    policy = resolve_checkpoint(model.load, "--load")
+    return resolve_iteration(load, policy.state.get("iteration", policy.path.name), "--critic-load")

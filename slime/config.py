@@ -98,6 +98,9 @@ class RolloutConfig:
     # train_async.py: samples generated more than this many weight versions ago are dropped (whole
     # groups) and counted in rollout/stale_dropped_samples; None: no limit.
     max_weight_staleness: int | None = None
+    # straw + train_async.py: producer actors that generate a rollout's groups into the queue
+    # (slime/rollout/producers.py); None: one per engine group under straw + fully async, else 1.
+    num_producers: int | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -162,13 +165,28 @@ class LossConfig:
     use_rollout_routing_replay: bool = False  # MoE R3: replay the rollout engine's routes
     calculate_per_token_loss: bool = False  # token_mean aggregation instead of sample_mean
     normalize_advantages: bool = False  # whiten token advantages over the rollout
-    kl_coef: float = 0.0  # KL in the reward (reinforce_plus_plus*): -kl_coef * KL_t per token
+    kl_coef: float = 0.0  # KL in the reward (reinforce_plus_plus*, ppo): -kl_coef * KL_t per token
     max_response_len: int = 1024  # Dr. GRPO's constant normalizer (--rollout-max-response-len)
+    use_sc: bool = False  # SC: centred importance-weighted scores, plain REINFORCE (--use-sc)
+    # --advantage-estimator ppo: GAE's discount and lambda, the critic's value-loss clip.
+    gamma: float = 1.0
+    lambd: float = 1.0
+    value_clip: float = 0.2
 
     @property
     def needs_ref(self) -> bool:
         """A frozen reference model is loaded for the KL loss or the KL in the reward."""
         return self.use_kl_loss or self.kl_coef != 0.0
+
+
+@dataclass
+class CriticConfig:
+    """The critic (value model) of --advantage-estimator ppo: a copy of the policy's architecture
+    with a scalar head, trained beside the policy (slime/backends/embedded/critic.py)."""
+
+    lr: float | None = None  # --critic-lr; None: --lr
+    load: str | None = None  # --critic-load; None: <--load>_critic when resuming, else a fresh critic
+    save: str | None = None  # --critic-save; None: <--save>_critic
 
 
 @dataclass
@@ -231,6 +249,7 @@ class Config:
     eval: EvalConfig
     log: LogConfig
     fault: FaultConfig = field(default_factory=FaultConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     megatron: dict[str, Any] = field(default_factory=dict)  # pass-through, for slime/backends/megatron
     sglang: dict[str, Any] = field(default_factory=dict)  # pass-through, for the sglang launcher
     async_mode: bool = False

@@ -27,6 +27,11 @@ class DryRun:
         return not self.errors
 
 
+def _problem(e: Exception) -> str:
+    """The exception's message, keeping its refusal code (slime.refusals.Refusal) when it has one."""
+    return e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else str(e)
+
+
 def server_groups(cfg: Config, environment: bool = True, given: list[dict] | None = None) -> list:
     """The policy's SGLang server groups: from --sglang-config (read on the cluster), from `given`
     (the groups of a sglang.yaml not written yet: the lab's), or the default layout of the flags."""
@@ -52,7 +57,7 @@ def translation_errors(cfg: Config, groups: list) -> list[str]:
         plan_engines(policy, cfg.sglang, server_concurrency=cfg.rollout.server_concurrency,
                      rollout_gpus=cfg.cluster.num_rollout_units)
     except TranslationError as e:
-        return [str(e)]
+        return [_problem(e)]
     return []
 
 
@@ -85,7 +90,7 @@ def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = T
     try:
         cfg = parse_args(argv, async_mode=async_mode)
     except UsageError as e:
-        return DryRun(errors=[str(e)])
+        return DryRun(errors=list(e.problems))
     out = DryRun(cfg=cfg)
     if environment:
         from slime.ray.runtime import PreflightError, preflight
@@ -107,14 +112,17 @@ def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = T
         try:
             parsed = server_groups(cfg, environment, groups)
         except (TranslationError, ValueError) as e:
-            out.errors.append(str(e))
+            out.errors.append(_problem(e))
         if parsed:  # every refusal at once, so the lab can show each at its fields
             out.errors.extend(translation_errors(cfg, parsed))
     out.warnings = warnings(cfg)
     use_gpu = cfg.cluster.train_backend != "embedded" or cfg.cluster.rollout_backend != "embedded"
     roles = engine_roles(cfg, environment, parsed)
     try:
-        out.plan = placement_plan(cfg.cluster, use_gpu=use_gpu, engine_roles=roles)
+        from slime.rollout.producers import producer_count
+
+        out.plan = placement_plan(cfg.cluster, use_gpu=use_gpu, engine_roles=roles,
+                                  producers=producer_count(cfg))
     except (ZeroDivisionError, ValueError):  # a layout validate() already refuses has no plan
         out.plan = []
     return out

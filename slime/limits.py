@@ -7,10 +7,15 @@ uses the same numbers as its field bounds, which also bounds what one page view 
 """
 from __future__ import annotations
 
+from slime.refusals import declare
+
 MAX_NODES = 1024  # --actor-num-nodes
 MAX_GPUS_PER_NODE = 16  # --actor-num-gpus-per-node, --num-gpus-per-node
 MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE  # --rollout-num-gpus, and any pool
 MAX_GPUS_PER_ENGINE = 1024  # --rollout-num-gpus-per-engine (an engine may span nodes)
+
+
+_R = declare("limits", {"outside": "{flag} {value} is outside what the runtime supports ({lo}..{hi})"})
 
 
 def cluster_size_errors(actor_num_nodes: int, actor_num_gpus_per_node: int, num_gpus_per_node: int,
@@ -23,5 +28,5 @@ def cluster_size_errors(actor_num_nodes: int, actor_num_gpus_per_node: int, num_
                                 ("--rollout-num-gpus", rollout_num_gpus, 0, MAX_GPUS),
                                 ("--rollout-num-gpus-per-engine", rollout_num_gpus_per_engine, 1, MAX_GPUS_PER_ENGINE)):
         if value is not None and not lo <= value <= hi:
-            e.append(f"{flag} {value} is outside what the runtime supports ({lo}..{hi})")
+            e.append(_R("outside", flag=flag, value=value, lo=lo, hi=hi))
     return e

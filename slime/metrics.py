@@ -79,4 +79,5 @@ def dump_rollout(path_template: str, rollout_id: int, samples: list) -> None:
             f.write(json.dumps({"rollout_id": rollout_id, "prompt_id": s.prompt_id, "epoch": s.epoch,
                                 "group_index": s.group_index, "response": s.response,
                                 "response_tokens": s.response_tokens, "reward": s.reward,
-                                "status": s.status.value, "weight_version": s.weight_version}) + "\n")
+                                "status": s.status.value, "weight_version": s.weight_version,
+                                "sample_id": s.sample_id}) + "\n")

@@ -62,7 +62,7 @@ fi
 log "train (run 1; stopped after its first checkpoint)"
 bash experiment.sh train > "$OUT_DIR/train1.log" 2>&1 &
 TRAIN_PID=$!
-for _ in $(seq 160); do
+for _ in $(seq 300); do
   [[ "$(cat "$WORK/ckpt/latest_checkpointed_iteration.txt" 2>/dev/null)" == "$FIRST_SAVE" ]] && break
   kill -0 "$TRAIN_PID" 2>/dev/null || break
   sleep 1
@@ -80,7 +80,7 @@ fi
 log "train (run 2: LOAD_DIR=SAVE_DIR, the variables block's hand edit)"
 sed -i "s|^LOAD_DIR=''|LOAD_DIR=runs/tiny-gpu/ckpt|" experiment.sh
 bash experiment.sh check > "$OUT_DIR/check2.log" 2>&1 || tail -20 "$OUT_DIR/check2.log"
-timeout 160 bash experiment.sh train > "$OUT_DIR/train2.log" 2>&1 || tail -60 "$OUT_DIR/train2.log"
+timeout 240 bash experiment.sh train > "$OUT_DIR/train2.log" 2>&1 || tail -60 "$OUT_DIR/train2.log"
 cp "$WORK/out/metrics.jsonl" "$OUT_DIR/metrics.jsonl" 2>/dev/null
 log "summary"
 python3 tools/gpu_loop_summary.py "$OUT_DIR/metrics_run1.jsonl" "$OUT_DIR/metrics.jsonl" | tee "$OUT_DIR/summary.json"

@@ -298,8 +298,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     serving_ckpt = pr.rollout in ("fp8", "int4")
     g.add("--hf-checkpoint", Var("SERVING_CHECKPOINT" if serving_ckpt else "HF_CHECKPOINT"))
     g.add("--ref-load", Var("REF_LOAD"))
-    if exp.paths.load:
-        g.add("--load", Var("LOAD_DIR"))
+    # --load is appended after the array from LOAD_DIR (the template): a hand edit of LOAD_DIR resumes
     g.add("--save", Var("SAVE_DIR"))
     _declared(g, exp, data, "paths.save_interval")
     g.add("--output-dir", Var("OUTPUT_DIR"))
@@ -324,6 +323,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     if ro.queue:
         g.add("--rollout-queue-dir", Var("QUEUE_STATE_DIR"))
         g.add("--rollout-queue-run-id", ro.queue_run_id)
+    _declared(g, exp, data, "rollout.producers")
     groups.append(g)
 
     g = FlagGroup("Algorithm, loss and optimizer")
@@ -347,7 +347,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
 
     g = FlagGroup("Train/rollout mismatch corrections")
     _declared(g, exp, data, "corrections.tis")
-    if c.tis:
+    if c.tis or c.sc:  # SC truncates its sequence ratio at --tis-clip too
         g.add("--tis-clip", _fmt_num(c.tis_clip))
     _declared(g, exp, data, "corrections.icepop")
     if c.icepop:

@@ -71,6 +71,8 @@ def train_argv(c: dict[str, Any]) -> list[str]:
                         argv.append(f"{value}{token.suffix}")
                 else:
                     argv.append(_word(token))
+    if values.get("LOAD_DIR"):  # experiment.sh appends it the same way, from its variables block
+        argv += ["--load", str(values["LOAD_DIR"])]
     return argv
 
 

@@ -186,7 +186,8 @@ function drawFolded(paths) {
 // The runtime's Ray placement plan, the same lines `experiment.sh check` prints.
 function drawPlan(plan) {
   const names = { trainer: "trainer rank", engine: "rollout engine", prefill: "prefill engine",
-                  decode: "decode engine", router: "router", external: "external engine" };
+                  decode: "decode engine", router: "router", external: "external engine",
+                  producer: "straw producer" };
   $("#placement-plan").textContent = plan.map((s) =>
     `${(s.role === "router" ? names.router : `${names[s.role]} ${s.index}`).padEnd(20)} ${s.where}`).join("\n");
 }

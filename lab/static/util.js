@@ -28,14 +28,23 @@ export function fmt(v) {
   return v == null ? "–" : String(v);
 }
 
-// The runtime's own reason (a RUNTIME finding's params.reason) is quoted verbatim as code: it is
-// the judge's wording, naming its flags, in every language.
+// `backticks` in a finding's text mark flags, values and paths: shown as code, in every language.
+// An odd count means the backticks are the user's own text, shown as they are.
+export function codeSpans(s) {
+  const parts = String(s).split("`");
+  if (parts.length % 2 === 0) return esc(s);
+  return parts.map((p, i) => (i % 2 ? `<code>${esc(p)}</code>` : esc(p))).join("");
+}
+
+// A RUNTIME finding shows the runtime's refusal worded in the page's language from its code
+// (lab/locales, runtime.<code>). A refusal the catalogue does not word keeps the runtime's own
+// English (params.text, a string then), quoted verbatim as code.
 function messageHTML(f) {
-  const reason = f.params && typeof f.params.reason === "string" ? f.params.reason : "";
-  const at = reason ? f.message.indexOf(reason) : -1;
-  if (at < 0) return esc(f.message);
-  return esc(f.message.slice(0, at)) + `<code class="runtime-reason" lang="en">${esc(reason)}</code>` +
-    esc(f.message.slice(at + reason.length));
+  const verbatim = f.params && typeof f.params.text === "string" ? f.params.text : "";
+  const at = verbatim ? f.message.indexOf(verbatim) : -1;
+  if (at < 0) return codeSpans(f.message);
+  return esc(f.message.slice(0, at)) + `<code class="runtime-reason" lang="en">${esc(verbatim)}</code>` +
+    esc(f.message.slice(at + verbatim.length));
 }
 
 export function findingHTML(f, withFields) {
@@ -43,5 +52,5 @@ export function findingHTML(f, withFields) {
     ? " " + f.fields.map((p) => `<button type="button" class="linkish" data-focus="${esc(p)}">${esc(fieldLabel(p))}</button>`).join(" ")
     : "";
   return `<div class="finding level-${esc(f.level)}"><b>${esc(tr("level_" + f.level))} ${esc(f.id)}</b>${fields} ${messageHTML(f)}` +
-    (f.fix ? ` <span class="fix"><b>${esc(tr("fix"))}</b> ${esc(f.fix)}</span>` : "") + `</div>`;
+    (f.fix ? ` <span class="fix"><b>${esc(tr("fix"))}</b> ${codeSpans(f.fix)}</span>` : "") + `</div>`;
 }

@@ -43,3 +43,24 @@ class TrainerBackend(Protocol):
 
     def memory(self) -> dict[str, float]:
         """Allocated / peak accelerator memory of this rank (GiB); {} on CPU."""
+
+
+class CriticBackend(Protocol):
+    """One critic rank of --advantage-estimator ppo (a registry entry's `critic`): a value model on
+    a copy of the policy's architecture. Its ranks are Ray actors placed beside the trainer ranks
+    and form their own process group."""
+
+    @classmethod
+    def build(cls, cfg: Any, rank: int, world_size: int, master: tuple[str, int]) -> "CriticBackend":
+        """Join the critic ranks' process group and build the value model from --critic-load (or
+        <--load>_critic when resuming), else from the policy's initial weights."""
+
+    def values(self, records: list) -> list[list[float]]:
+        """Per response token, the value of the state before that token (no gradient)."""
+
+    def train(self, records: list, num_steps: int) -> dict[str, float]:
+        """num_steps optimizer steps of the clipped value loss toward `record.returns`, with
+        `record.values` as the pre-update values; critic/* metrics."""
+
+    def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
+        """Checkpoint under root/iter_NNNNNNN (same layout as the trainer's); collective."""

@@ -20,13 +20,17 @@ class TrainBackend:
     capabilities: str  # "module:function": (cfg) -> list of problems, torch-free
     needs_gpu: bool
     summary: str
+    # "module:Class" implementing slime.backends.protocol.CriticBackend (--advantage-estimator ppo);
+    # None: the backend has no critic, and its capability check refuses ppo with the reason.
+    critic: str | None = None
 
 
 TRAIN_BACKENDS: dict[str, TrainBackend] = {
     "embedded": TrainBackend(
         "embedded", "slime.backends.embedded.backend:EmbeddedBackend",
         "slime.backends.embedded.capabilities:embedded_trainer_errors", False,
-        "one Hugging Face model per data-parallel rank (torch DDP); CPU float32 or GPU"),
+        "one Hugging Face model per data-parallel rank (torch DDP); CPU float32 or GPU",
+        critic="slime.backends.embedded.critic:EmbeddedCritic"),
     "megatron": TrainBackend(
         "megatron", "slime.backends.megatron.backend:MegatronBackend",
         "slime.backends.megatron.capabilities:megatron_trainer_errors", True,
@@ -59,3 +63,12 @@ def capability_errors(cfg) -> list[str]:
 def backend_class(name: str) -> type:
     """The backend class (imports torch and, for megatron, megatron-core)."""
     return _resolve(get_backend(name).cls)
+
+
+def critic_class(name: str) -> type:
+    """The backend's critic class (--advantage-estimator ppo); its capability check refused ppo
+    before start when there is none, so reaching the error below is a registry bug."""
+    path = get_backend(name).critic
+    if path is None:
+        raise ValueError(f"--train-backend {name} has no critic; its capability check must refuse ppo")
+    return _resolve(path)

@@ -76,8 +76,9 @@ def normalize_group_rewards(
 
 
 # --- advantage estimators ---------------------------------------------------------------------
-# Each estimator maps per-sample rewards to per-sample advantages. Token-level estimators that
-# need a critic (ppo / GAE) or per-token KL shaping are computed by the trainer, not here.
+# Each estimator maps per-sample rewards to per-sample advantages. Token-level values that need
+# the trainer's log-probs (KL in the reward) or the critic's values (ppo's GAE) are computed from
+# these by slime/training/advantages.py.
 
 AdvantageFn = Callable[[Sequence[float], int, bool, bool], list[float]]
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
@@ -102,8 +103,7 @@ def get_advantage_estimator(name: str) -> AdvantageFn:
         return ADVANTAGE_ESTIMATORS[name]
     except KeyError:
         known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        hint = " (ppo needs a critic: its GAE advantages are computed by the trainer)" if name == "ppo" else ""
-        raise ValueError(f"unknown advantage estimator {name!r}{hint}; known: {known}") from None
+        raise ValueError(f"unknown advantage estimator {name!r}; known: {known}") from None
 
 
 @register_advantage_estimator("grpo", "gspo", "cispo")
@@ -138,6 +138,14 @@ def _rpp_baseline(rewards: Sequence[float], n: int, normalize: bool, std_normali
 def _rpp(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
     # REINFORCE++: the sample's return (gamma = 1), no baseline, so n may be 1. The KL in the
     # reward and whitening are token-level, in the trainer (slime/training/advantages.py).
+    _check_groups(len(rewards), n)
+    return _as_floats(rewards)
+
+
+@register_advantage_estimator("ppo")
+def _ppo(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
+    # PPO: the critic is the baseline, so the sample's raw reward goes on, no group needed (n may
+    # be 1). It becomes the reward at the last token of GAE (slime/training/advantages.py:ppo_targets).
     _check_groups(len(rewards), n)
     return _as_floats(rewards)
 

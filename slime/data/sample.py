@@ -55,6 +55,9 @@ class Sample:
     # computed from it by slime.data.batch_builder and never stored back here.
     reward: float | None = None
     reward_info: dict[str, Any] = field(default_factory=dict)
+    # "r<rollout id>/g<group index>/s<k>": unique within a run, set when the rollout's batch is drawn,
+    # so the straw producers' copies of a sample can be told apart from duplicates.
+    sample_id: str = ""
 
     @property
     def tokens(self) -> list[int]:

@@ -23,6 +23,12 @@ class TrainRecord:
     # Per-token advantages, set by the trainer when they vary along the response (KL in the
     # reward, --normalize-advantages; slime/training/advantages.py). None: `advantage` everywhere.
     token_advantages: list[float] | None = field(default=None, repr=False)
+    reward: float = 0.0  # the sample's reward (SC weighs it by the sequence ratio)
+    group: int = 0  # the sample's prompt group in the rollout (0 .. rollout_batch_size - 1)
+    # --advantage-estimator ppo: the critic's values before this rollout's update and the GAE
+    # returns (its targets), one per response token (slime/training/advantages.py:ppo_targets).
+    values: list[float] | None = field(default=None, repr=False)
+    returns: list[float] | None = field(default=None, repr=False)
 
     @property
     def response_len(self) -> int:
@@ -42,11 +48,12 @@ def build_records(samples: list[Sample], n: int, rollout_batch_size: int, estima
     rewards = [float(s.reward) for s in samples]
     advantages = compute_advantages(rewards, n, estimator, normalize, std_normalization)
     records = []
-    for s, a in zip(samples, advantages):
+    for i, (s, a) in enumerate(zip(samples, advantages)):
         mask = list(s.loss_mask) if s.loss_mask is not None else [1] * s.response_length
         if len(mask) != s.response_length:
             raise ValueError(f"loss mask of {len(mask)} tokens for a response of {s.response_length}: {s.describe()}")
-        records.append(TrainRecord(s.tokens, len(s.prompt_tokens), a, list(s.rollout_log_probs), mask))
+        records.append(TrainRecord(s.tokens, len(s.prompt_tokens), a, list(s.rollout_log_probs), mask,
+                                   reward=rewards[i], group=i // n))
     return records
 
 

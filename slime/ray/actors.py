@@ -57,6 +57,14 @@ class EngineActor:
         self.server.stop()
 
 
+def _master_address() -> tuple[str, int]:
+    """This node's address and a free port: rank 0 of a process group listens there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
 @ray.remote
 class TrainerActor:
     def __init__(self, rank: int, world_size: int, threads: int = 1):
@@ -65,10 +73,7 @@ class TrainerActor:
         self.trainer = None
 
     def master_address(self) -> tuple[str, int]:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        return _master_address()
 
     def init(self, master: tuple[str, int], cfg) -> dict:
         """Build what the registry names for --train-backend (slime/backends/registry.py); returns
@@ -82,8 +87,8 @@ class TrainerActor:
     def train(self, records, num_steps: int) -> dict[str, float]:
         return self.trainer.train(records, num_steps)
 
-    def log_probs(self, records) -> list[list[float]]:
-        return self.trainer.log_probs(records)
+    def log_probs(self, records, use_ref: bool = False) -> list[list[float]]:
+        return self.trainer.log_probs(records, use_ref)
 
     def offload(self) -> dict[str, float]:
         return self.trainer.offload()
@@ -183,6 +188,40 @@ class TrainerActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+@ray.remote
+class CriticActor:
+    """One critic rank of --advantage-estimator ppo, placed in the bundle of the trainer rank of
+    the same index; the backend is the registry's `critic` of --train-backend."""
+
+    def __init__(self, rank: int, world_size: int, threads: int = 1):
+        _limit_threads(threads)
+        self.rank, self.world_size = rank, world_size
+        self.critic = None
+
+    def master_address(self) -> tuple[str, int]:
+        return _master_address()
+
+    def init(self, master: tuple[str, int], cfg) -> None:
+        from slime.backends.registry import critic_class
+
+        self.critic = critic_class(cfg.cluster.train_backend).build(cfg, self.rank, self.world_size, master)
+
+    def values(self, records) -> list[list[float]]:
+        return self.critic.values(records)
+
+    def train(self, records, num_steps: int) -> dict[str, float]:
+        return self.critic.train(records, num_steps)
+
+    def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
+        return self.critic.save(root, iteration, state)
+
+    def offload(self) -> dict[str, float]:
+        return self.critic.offload()
+
+    def onload(self) -> dict[str, float]:
+        return self.critic.onload()
 
 
 RolloutManagerActor = ray.remote(num_cpus=0)(RolloutManager)

@@ -34,12 +34,13 @@ class Pool:
     plan: PoolPlan
     pg: object  # ray.util.placement_group.PlacementGroup
 
-    def options(self, index: int) -> dict:
-        """Ray .options(...) that place an actor on bundle `index` of this pool."""
+    def options(self, index: int, share: float = 1.0) -> dict:
+        """Ray .options(...) that place an actor on bundle `index` of this pool. `share` < 1 splits
+        an actor's part of the bundle (ppo: a trainer rank and its critic rank share one)."""
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         res = self.plan.actor_resources
-        return {"num_cpus": res.get("CPU", 0), "num_gpus": res.get("GPU", 0),
+        return {"num_cpus": res.get("CPU", 0) * share, "num_gpus": res.get("GPU", 0) * share,
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(
                     placement_group=self.pg, placement_group_bundle_index=index % len(self.plan.bundles))}
 
@@ -74,6 +75,17 @@ def engine_bundles(c: ClusterConfig, engine: int) -> list[int]:
         return [engine]
     nodes = -(-c.rollout_num_gpus_per_engine // min(c.rollout_num_gpus_per_engine, c.num_gpus_per_node))
     return list(range(engine * nodes, (engine + 1) * nodes))
+
+
+def producer_actor_options(c: ClusterConfig, pool: "Pool | None", n: int, engines: int) -> list[dict]:
+    """Ray options of n straw producers: each in the bundle of an engine group, spread evenly, asking
+    no CPU or GPU of its own (placement_plan lists the same); external engines: Ray picks the nodes."""
+    from slime.rollout.producers import producer_engine
+
+    if pool is None or pool.pg is None:
+        return [{} for _ in range(n)]
+    return [{**pool.options(engine_bundles(c, producer_engine(k, n, engines))[0]), "num_cpus": 0, "num_gpus": 0}
+            for k in range(n)]
 
 
 def total_request(plans: tuple[PoolPlan, PoolPlan]) -> dict[str, float]:
@@ -123,16 +135,20 @@ def create_pools(c: ClusterConfig, timeout_s: float = 60.0) -> tuple[Pool, Pool]
 class Slot:
     """One actor of the run and where the pools put it."""
 
-    role: str  # trainer | engine | prefill | decode | router | external
+    role: str  # trainer | engine | prefill | decode | router | external | producer
     index: int
     node: int | None  # None: outside Ray's GPUs (external engines) or any node (CPU-only router)
     gpus: tuple[int, ...]  # GPU indices on `node` (a wide engine: on its first node)
     nodes: tuple[int, ...] = ()  # every node an engine wider than one node spans
     address: str = ""  # external engines: host:port
+    beside: int | None = None  # straw producers: the engine whose bundle (and node) it shares
 
     def where(self) -> str:
         if self.role == "external":
             return f"outside Ray, {self.address}"
+        if self.role == "producer" and self.beside is not None:
+            node = "Ray picks the node" if self.node is None else f"node {self.node}"
+            return f"{node}, beside engine {self.beside} (no GPU, no CPU reserved)"
         if self.node is None:
             return "CPU actor, no GPU (Ray picks the node)"
         if not self.gpus:
@@ -142,8 +158,10 @@ class Slot:
         return f"node {self.node} GPU {gpus}{span}"
 
 
-def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[str] | None = None) -> list[Slot]:
-    """Where each trainer rank, rollout engine, the router and external engines go.
+def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[str] | None = None,
+                   producers: int = 1) -> list[Slot]:
+    """Where each trainer rank, rollout engine, the router, external engines and the straw
+    producers go (listed when there are 2 or more: one alone is the rollout manager).
 
     Models how create_pools() asks Ray: the training pool's bundles (one GPU each) are packed onto
     the nodes first, then the rollout pool's (one bundle of E GPUs per engine, whole on one node;
@@ -180,12 +198,22 @@ def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[st
                 slots.append(Slot(role, i, node, tuple(range(gpn)), tuple(range(node, node + span))))
                 cursor = (node + span) * gpn
     slots.append(Slot("router", 0, None, ()))
+    if producers >= 2:  # each producer sits in an engine group's bundle (Runtime.producer_options)
+        from slime.rollout.producers import producer_engine
+
+        engines = [s for s in slots if s.role in ("engine", "prefill", "decode", "external")]
+        for k in range(producers):
+            j = producer_engine(k, producers, len(engines))
+            beside = engines[j] if j < len(engines) else None
+            node = None if beside is None or beside.role == "external" else beside.node
+            slots.append(Slot("producer", k, node, (), (), "", j))
     return slots
 
 
 def format_plan(slots: list[Slot]) -> list[str]:
     """One line per actor, e.g. `trainer rank 3   node 0 GPU 3`."""
     names = {"trainer": "trainer rank", "engine": "rollout engine", "prefill": "prefill engine",
-             "decode": "decode engine", "router": "router", "external": "external engine"}
+             "decode": "decode engine", "router": "router", "external": "external engine",
+             "producer": "straw producer"}
     return [f"{names[s.role] + ' ' + str(s.index) if s.role != 'router' else 'router':<20} {s.where()}"
             for s in slots]

@@ -72,6 +72,13 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
                     state = ckpt.state
             except CheckpointError as e:
                 problems.append(str(e))
+    if not problems and cfg.loss.advantage_estimator == "ppo":
+        from slime.checkpoint import resolve_critic
+
+        try:
+            resolve_critic(cfg.model, cfg.critic)  # resuming the policy resumes its critic, or refuses
+        except CheckpointError as e:
+            problems.append(f"{e}; pass --critic-load DIR (a critic saved at that iteration)")
     if not problems and cfg.cluster.external:
         from slime.rollout.engines.external import check_external_engines
         from slime.sync.weight_sync import default_transport
@@ -144,13 +151,14 @@ class Runtime:
     trainer_offloaded: bool = False  # --offload-train: the trainer's GPU state is in host memory
     last_offload: dict = field(default_factory=dict)  # memory figures of the last offload (GiB)
     unregistered: set = field(default_factory=set)
+    critics: list = field(default_factory=list)  # CriticActor per trainer rank (--advantage-estimator ppo)
 
     @classmethod
     def start(cls, cfg: Config) -> "Runtime":
         import ray
 
         from slime.args import steps_per_rollout
-        from slime.ray.actors import RolloutManagerActor, RouterActor, SGLangRouterActor, TrainerActor
+        from slime.ray.actors import CriticActor, RolloutManagerActor, RouterActor, SGLangRouterActor, TrainerActor
         from slime.ray.placement import create_pools
         from slime.rollout.client import RouterAdmin
         from slime.rollout.engines.external import normalize_addr
@@ -169,10 +177,17 @@ class Runtime:
                                   f"--train-backend embedded"])
         train_pool, rollout_pool = create_pools(c)
         n = c.num_trainer_ranks
-        trainers = [TrainerActor.options(**train_pool.options(i)).remote(i, n) for i in range(n)]
+        ppo = cfg.loss.advantage_estimator == "ppo"
+        share = 0.5 if ppo else 1.0  # ppo: each trainer rank shares its bundle with a critic rank
+        trainers = [TrainerActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)]
+        critics = [CriticActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)] if ppo else []
         master = ray.get(trainers[0].master_address.remote())
         cfg.optim.total_steps = total_rollouts(cfg) * steps_per_rollout(cfg)  # the LR schedule's length
         init = [t.init.remote(master, cfg) for t in trainers]  # the registry's backend, on every rank
+        critic_init = []
+        if critics:  # the critic ranks' own process group (rank 0 of the critics listens)
+            critic_master = ray.get(critics[0].master_address.remote())
+            critic_init = [a.init.remote(critic_master, cfg) for a in critics]
         sglang = c.rollout_backend == "sglang" and not c.external
         # sglang-router starts once the engines serve (its power_of_two policy wants its workers at launch)
         router = None if c.use_sglang_router else RouterActor.remote(cfg.rollout.server_concurrency, c.router_policy)
@@ -180,6 +195,7 @@ class Runtime:
                  int(state.get("weight_version", 0)), steps_per_rollout(cfg),
                  [p.pg for p in {id(p.pg): p for p in (train_pool, rollout_pool)}.values() if p.pg is not None],
                  router, "", rollout_pool, None, engine_specs(cfg) if sglang else [])
+        rt.critics = critics
         if router is not None:
             rt.router_url = ray.get(router.get_url.remote())
         if c.external:
@@ -190,6 +206,7 @@ class Runtime:
             h.client.wait_healthy(timeout=600.0)
         states = ray.get(init)
         state = states[0] or state
+        ray.get(critic_init)
         disk = os.path.join(cfg.log.output_dir or tempfile.gettempdir(), f"slime-weights-{os.getpid()}")
         rt.sync = WeightSync(cfg.sync, c.colocate, trainers[0], rt.engines, disk, c.use_gpu, cfg.sync.check_tol,
                              cfg.rollout.sampling.temperature)
@@ -213,13 +230,22 @@ class Runtime:
         admin.wait_workers([h.url for h in rt.engines], timeout=600.0)  # sglang-router registers in background
         rt.manager = RolloutManagerActor.options(max_concurrency=2).remote(
             cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"),
-            state.get("partial_buffer"), rt.start_rollout_id, not c.use_sglang_router)
+            state.get("partial_buffer"), rt.start_rollout_id, not c.use_sglang_router, rt.producer_options())
         ray.get(rt.manager.engine_urls.remote())  # the manager waited for every engine to be healthy
         if cfg.fault.use_fault_tolerance:
             from slime.rollout.fault import HealthMonitor
 
             rt.monitor = HealthMonitor(cfg.fault, lambda: rt.engines, rt.restart_engine).start()
         return rt
+
+    def producer_options(self) -> list[dict] | None:
+        """straw + fully async: Ray options of each producer actor (placement.producer_actor_options);
+        None when the rollout manager generates alone."""
+        from slime.ray.placement import producer_actor_options
+        from slime.rollout.producers import producer_count
+
+        n = producer_count(self.cfg)
+        return producer_actor_options(self.cfg.cluster, self.rollout_pool, n, len(self.engines)) if n >= 2 else None
 
     # -- engines ----------------------------------------------------------------------------------
     def _start_engine(self, j: int, wait: bool = True):
@@ -303,8 +329,10 @@ class Runtime:
             self.sync_weights()  # fresh groups must come from the weights being trained
             more, metrics = self.generate(rollout_id)  # the rollout/ and perf/ figures of what is trained
             kept.extend(more[:target - len(kept)])
+        from slime.rollout.producers import sample_id
+
         for i, s in enumerate(kept):
-            s.group_index = i // n
+            s.group_index, s.sample_id = i // n, sample_id(rollout_id, i // n, i % n)
         if r.max_weight_staleness is not None:
             metrics["rollout/stale_dropped_samples"] = float(dropped)
         return kept, metrics
@@ -332,10 +360,18 @@ class Runtime:
             self.sync.release_engines()
             self.engines_released = True
         if c.offload_train and self.trainer_offloaded:
-            mem.update(ray.get([t.onload.remote() for t in self.trainers])[0])
+            mem.update(ray.get([t.onload.remote() for t in [*self.trainers, *self.critics]])[0])
             self.trainer_offloaded = False
         ray.get([t.memory.remote(reset_peak=True) for t in self.trainers])
-        metrics = ray.get([t.train.remote(records, self.steps_per_rollout) for t in self.trainers])[0]
+        ppo_metrics = self._set_ppo_targets(records) if self.critics else {}
+        # The policy and the critic train at once, on the same steps (the critic ranks sit beside the trainer ranks).
+        jobs = [t.train.remote(records, self.steps_per_rollout) for t in self.trainers]
+        jobs += [a.train.remote(records, self.steps_per_rollout) for a in self.critics]
+        results = ray.get(jobs)
+        metrics = results[0]
+        if self.critics:
+            metrics.update(results[len(self.trainers)])
+            metrics.update(ppo_metrics)
         self.version += 1  # the trainer now holds the next policy version (engines get it at the next sync)
         mem.update({k.replace("train_", "train_step_"): v for k, v in ray.get(self.trainers[0].memory.remote()).items()})
         metrics.update({f"memory/{k}": v for k, v in mem.items()})
@@ -347,6 +383,35 @@ class Runtime:
             metrics["perf/train_tflops_per_gpu"] = flops / max(metrics.get("perf/train_seconds", 0.0), 1e-9) / 1e12
             metrics["perf/mfu"] = metrics["perf/train_tflops_per_gpu"] / PEAK_TFLOPS
         return metrics
+
+    def _set_ppo_targets(self, records) -> dict[str, float]:
+        """--advantage-estimator ppo: the critic's values of this rollout (before its update), the
+        KL in the reward from the trainer's policy and reference log-probs (--kl-coef), and GAE
+        (slime/training/advantages.py) give every record its token advantages and returns."""
+        import ray
+
+        from slime.training.advantages import ppo_targets
+
+        loss = self.cfg.loss
+        values = ray.get(self.critics[0].values.remote(records))
+        olds = refs = None
+        if loss.kl_coef != 0.0:
+            if loss.use_rollout_logprobs:  # the trainer's old policy is the engine's then, here too
+                olds, refs = [r.rollout_log_probs for r in records], ray.get(
+                    self.trainers[0].log_probs.remote(records, True))
+            else:
+                olds, refs = ray.get([self.trainers[0].log_probs.remote(records),
+                                      self.trainers[0].log_probs.remote(records, True)])
+        masks = [r.response_mask for r in records]
+        advantages, returns = ppo_targets([r.advantage for r in records], masks, values, olds, refs, loss.kl_coef,
+                                          loss.kl_loss_type, loss.gamma, loss.lambd, loss.normalize_advantages)
+        for r, v, a, g in zip(records, values, advantages, returns):
+            r.values, r.token_advantages, r.returns = v, a, g
+
+        def per_sample_mean(rows) -> float:  # each sample's token mean, then over samples (as train/*)
+            means = [sum(x for x, k in zip(row, m) if k) / max(sum(m), 1) for row, m in zip(rows, masks)]
+            return sum(means) / max(len(means), 1)
+        return {"critic/returns_mean": per_sample_mean(returns), "critic/advantages_mean": per_sample_mean(advantages)}
 
     def _engine_memory(self, phase: str) -> dict[str, float]:
         import ray
@@ -395,7 +460,8 @@ class Runtime:
                 self.unregistered.clear()
         if c.offload_train and not self.trainer_offloaded:
             try:
-                self.last_offload = ray.get([t.offload.remote() for t in self.trainers])[0]
+                got = ray.get([t.offload.remote() for t in [*self.trainers, *self.critics]])
+                self.last_offload = {**got[0], **(got[len(self.trainers)] if self.critics else {})}
                 self.trainer_offloaded = True
             except Exception as e:  # noqa: BLE001 - keep training resident, say so once
                 print(f"[slime] warning: --offload-train failed ({e!r:.400}); the trainer stays on the GPU", flush=True)
@@ -424,12 +490,17 @@ class Runtime:
                  **ray.get(self.manager.state_for.remote(nxt))}  # data position + partial-rollout buffer
         offloaded = self.trainer_offloaded
         if offloaded:  # a sharded save reads the GPU state
-            ray.get([t.onload.remote() for t in self.trainers])
+            ray.get([t.onload.remote() for t in [*self.trainers, *self.critics]])
         try:
+            if self.critics:  # first: the policy's marker, written last, makes the pair visible
+                from slime.checkpoint import critic_roots
+
+                _, critic_root = critic_roots(self.cfg.model, self.cfg.critic)
+                ray.get([a.save.remote(critic_root, nxt, state) for a in self.critics])
             return ray.get([t.save.remote(self.cfg.model.save, nxt, state) for t in self.trainers])[0]
         finally:
             if offloaded:
-                ray.get([t.offload.remote() for t in self.trainers])
+                ray.get([t.offload.remote() for t in [*self.trainers, *self.critics]])
 
     def shutdown(self) -> None:
         import ray
@@ -447,7 +518,7 @@ class Runtime:
                 ray.get(a.shutdown.remote(), timeout=10)
             except Exception:  # noqa: BLE001 - best effort: the actor may already be gone
                 pass
-        for a in [*owned, self.router, *self.trainers, self.manager]:
+        for a in [*owned, self.router, *self.trainers, *self.critics, self.manager]:
             if a is not None:
                 ray.kill(a)
         from ray.util.placement_group import remove_placement_group

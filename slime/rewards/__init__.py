@@ -17,6 +17,7 @@ import string
 from collections import Counter
 from typing import Callable
 
+from slime.refusals import declare
 from slime.rewards.answer import last_boxed, split_after_think
 from slime.rewards.choice import gpqa
 from slime.rewards.dapo import dapo
@@ -96,14 +97,19 @@ def reward_type_names() -> list[str]:
     return [*REWARD_TYPES, *REMOTE_REWARD_TYPES]
 
 
+_R = declare("rewards", {
+    "unknown_type": "unknown --rm-type {name!r}; built-in reward types: {known}, each also as boxed_<name> "
+                    "(or give a custom reward function with --custom-rm-path)",
+})
+
+
 def reward_type_error(name: str) -> str | None:
     """None when ``name`` is a built-in --rm-type (or boxed_ + one), else the message."""
     base = name[len(BOXED_PREFIX):] if name.startswith(BOXED_PREFIX) and name not in REWARD_TYPES else name
     if base in REWARD_TYPES or base in REMOTE_REWARD_TYPES:
         return None
     known = ", ".join(sorted(reward_type_names()))
-    return (f"unknown --rm-type {name!r}; built-in reward types: {known}, each also as boxed_<name> "
-            "(or give a custom reward function with --custom-rm-path)")
+    return _R("unknown_type", name=name, known=known)
 
 
 def boxed(fn: RewardFn) -> RewardFn:

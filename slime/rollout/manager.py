@@ -18,6 +18,7 @@ from slime.config import DataConfig, EvalConfig, RolloutConfig, SamplingConfig
 from slime.data.dataset import DataPosition, PromptRecord, PromptSource, load_prompts
 from slime.data.sample import FINISH_TO_STATUS, Sample, Status
 from slime.rollout.client import EngineClient, EngineRequestError, GenerateResult, RouterAdmin
+from slime.rollout.producers import sample_id
 from slime.rollout.rewards import RewardScorer
 from slime.rollout.router import split_evenly
 
@@ -35,6 +36,27 @@ class GenerateContext:
     @property
     def clients(self) -> dict[str, EngineClient]:
         return {self.client.url: self.client}
+
+
+class LazyTokenizerContext(GenerateContext):
+    """GenerateContext whose tokenizer loads from `hf_checkpoint` on first use: loading it imports
+    torch and transformers (seconds), which a straw producer, restarted mid-rollout, should not pay
+    before its first request unless its hook reads args.tokenizer."""
+
+    hf_checkpoint = ""
+    _tok = None
+
+    @property
+    def tokenizer(self):
+        if self._tok is None and self.hf_checkpoint:
+            from slime.backends.embedded.model import load_tokenizer
+
+            self._tok = load_tokenizer(self.hf_checkpoint)
+        return self._tok
+
+    @tokenizer.setter
+    def tokenizer(self, value) -> None:
+        self._tok = value
 
 
 def sampling_params(s: SamplingConfig, n: int, seed: int) -> dict[str, Any]:
@@ -62,11 +84,35 @@ def _seed(base: int, rollout_id: int, prompt_id: int) -> int:
     return (base * 1_000_003 + rollout_id * 7_919 + prompt_id * 104_729) % (2**31 - 1)
 
 
+def run_generate_hook(hook, ctx: GenerateContext, samples: list[Sample], sp: SamplingConfig, seed_of,
+                      first: int = 0) -> None:
+    """--custom-generate-function-path on `samples` (in place), concurrently; the k-th sample of the
+    rollout (k = first + its index here) is seeded seed_of(sample) + k, wherever it is generated."""
+    from slime.rewards.hooks import HookError, hook_path
+
+    async def one(s: Sample, k: int):
+        try:
+            return await hook(ctx, s, sampling_params(sp, 1, seed_of(s) + k))
+        except Exception as e:  # noqa: BLE001 - name the hook and the sample, keep the cause
+            raise HookError(f"[generate hook] {hook_path(hook)!r} raised on {s.describe()}: {e!r}",
+                            kind="generate", path=hook_path(hook)) from e
+
+    async def all_():
+        return await asyncio.gather(*(one(s, first + i) for i, s in enumerate(samples)))
+
+    out = asyncio.run(all_())
+    for i, s in enumerate(out):
+        if not isinstance(s, Sample):
+            raise TypeError(f"[generate hook] {hook_path(hook)!r} returned "
+                            f"{type(s).__name__} for {samples[i].describe()}, expected the Sample")
+        samples[i] = s
+
+
 class RolloutManager:
     def __init__(self, data: DataConfig, rollout: RolloutConfig, eval_cfg: EvalConfig,
                  hf_checkpoint: str, router_url: str, position: dict[str, int] | None = None,
                  partial_buffer: list[list[dict]] | None = None, start_rollout_id: int = 0,
-                 batched: bool = True):
+                 batched: bool = True, producers: list[dict[str, Any]] | None = None):
         from slime.backends.embedded.model import load_tokenizer
 
         # batched: a sampling_params list, one seed per prompt (our router and the engines take it).
@@ -74,6 +120,11 @@ class RolloutManager:
         # refuses the list (422) switches this off for the rest of the run.
         self.batched = batched
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
+        # straw + fully async: producer actors generate the groups (one options dict each: placement);
+        # started first, so that their processes come up while this one loads the tokenizer and data
+        self.producers = None
+        if producers and rollout.queue_dir:
+            self._start_producers(producers, hf_checkpoint, router_url)
         self.tokenizer = load_tokenizer(hf_checkpoint)
         self.records = self._load(data.prompt_data, "--prompt-data")
         start = DataPosition.from_dict(position) if position else DataPosition()
@@ -104,6 +155,8 @@ class RolloutManager:
         if rollout.queue_dir:
             self._open_queue(start_rollout_id)
         self.wait_engines()
+        if self.producers is not None:
+            self._discard_produced(start_rollout_id)
 
     # -- straw queue -----------------------------------------------------------------------------
     def _open_queue(self, start_rollout_id: int) -> None:
@@ -121,6 +174,38 @@ class RolloutManager:
                   f"rollouts {sorted(self.queued)} generated and not trained yet; recovered {self.queue.recovered}",
                   flush=True)
 
+    def _start_producers(self, options: list[dict[str, Any]], hf_checkpoint: str, router_url: str) -> None:
+        from slime.rollout.producers import ProducerGroup, RouterGenerator, producer_ids
+
+        r = self.rollout
+        self.producers = ProducerGroup(r.queue_dir, r.queue_run_id, producer_ids(len(options)),
+                                       RouterGenerator(r, hf_checkpoint, router_url), options,
+                                       workers=max(1, r.server_concurrency // max(r.n_samples_per_prompt, 1)))
+
+    def _discard_produced(self, start_rollout_id: int) -> None:
+        """Producer groups of rollouts trained before the checkpoint, or already in the run's queue, go."""
+        r = self.rollout
+        dropped = self.producers.discard(start_rollout_id, sorted(self.queued))
+        print(f"[slime] straw producers: {len(self.producers.ids)} Ray actors ({', '.join(self.producers.ids)}), "
+              f"each placed beside an engine group, writing under {r.queue_dir}/producers/", flush=True)
+        if dropped:
+            print(f"[slime] straw producers: dropped {dropped} group(s) of rollouts already trained or assembled",
+                  flush=True)
+
+    def _produce(self, rollout_id: int, samples: list[Sample], n: int) -> tuple[list[Sample], dict[str, float]]:
+        """The rollout's groups generated by the producers, each exactly once, in group order."""
+        before = sum(self.producers.restarts.values())
+        tasks = {g: [s.to_dict() for s in samples[g * n:(g + 1) * n]] for g in range(len(samples) // n)}
+        records = self.producers.collect(rollout_id, tasks)
+        out, seen = [], set()
+        for rec in records:
+            for d in rec["samples"]:
+                if d["sample_id"] not in seen:  # one copy per sample id, whatever the producers did
+                    seen.add(d["sample_id"])
+                    out.append(Sample.from_dict(d))
+        return out, {"rollout/producers": float(len(self.producers.ids)),
+                     "rollout/producer_restarts": float(sum(self.producers.restarts.values()) - before)}
+
     def ack(self, rollout_id: int) -> None:
         """The trainer consumed rollout `rollout_id`: drop it from the queue (durably)."""
         seq = self.queued.pop(rollout_id, None)
@@ -129,6 +214,8 @@ class RolloutManager:
 
     def close(self) -> None:
         """Release the straw queue (its lock) before the actor goes away."""
+        if self.producers is not None:
+            self.producers.close()
         if self.queue is not None:
             self.queue.close()
 
@@ -230,24 +317,7 @@ class RolloutManager:
             list(pool.map(run, chunks))
 
     def _run_hook(self, samples: list[Sample], sp: SamplingConfig, seed_of) -> None:
-        from slime.rewards.hooks import HookError, hook_path
-
-        async def one(s: Sample, k: int):
-            try:
-                return await self.generate_hook(self.ctx, s, sampling_params(sp, 1, seed_of(s) + k))
-            except Exception as e:  # noqa: BLE001 - name the hook and the sample, keep the cause
-                raise HookError(f"[generate hook] {hook_path(self.generate_hook)!r} raised on {s.describe()}: {e!r}",
-                                kind="generate", path=hook_path(self.generate_hook)) from e
-
-        async def all_():
-            return await asyncio.gather(*(one(s, i) for i, s in enumerate(samples)))
-
-        out = asyncio.run(all_())
-        for i, s in enumerate(out):
-            if not isinstance(s, Sample):
-                raise TypeError(f"[generate hook] {hook_path(self.generate_hook)!r} returned "
-                                f"{type(s).__name__} for {samples[i].describe()}, expected the Sample")
-            samples[i] = s
+        run_generate_hook(self.generate_hook, self.ctx, samples, sp, seed_of)
 
     def generate(self, rollout_id: int) -> tuple[list[Sample], dict[str, float]]:
         if rollout_id in self.queued:  # generated before a restart, never trained: no regeneration
@@ -256,6 +326,8 @@ class RolloutManager:
             self.buffers[rollout_id] = [[s.to_dict() for s in g] for g in self.buffer]
             self.source.position = DataPosition.from_dict(payload["position_after"])
             self.buffer = [[Sample.from_dict(d) for d in g] for g in payload["partial_after"]]
+            if self.producers is not None:
+                self.producers.ack(rollout_id)
             return [Sample.from_dict(d) for d in payload["samples"]], {**payload["metrics"], "rollout/from_queue": 1.0}
         t0 = time.monotonic()
         r = self.rollout
@@ -265,11 +337,17 @@ class RolloutManager:
         extra: dict[str, float] = {}
         if r.dynamic:
             samples, metrics, extra = self._generate_dynamic(rollout_id, seed_of)
+            for i, s in enumerate(samples):  # ids of the rollout that trains them (resumed ones too)
+                s.sample_id = sample_id(rollout_id, s.group_index, i % r.n_samples_per_prompt)
             t1 = time.monotonic()
         else:
             batch = self.source.next_batch(r.rollout_batch_size)
             samples = self._samples_for(batch, r.n_samples_per_prompt)
-            if self.generate_hook:
+            for i, s in enumerate(samples):
+                s.sample_id = sample_id(rollout_id, s.group_index, i % r.n_samples_per_prompt)
+            if self.producers is not None:
+                samples, extra = self._produce(rollout_id, samples, r.n_samples_per_prompt)
+            elif self.generate_hook:
                 self._run_hook(samples, r.sampling, seed_of)
             else:
                 self._run_engines(samples, r.n_samples_per_prompt, r.sampling, seed_of)
@@ -290,6 +368,8 @@ class RolloutManager:
                 "kind": "rollout", "rollout_id": rollout_id, "samples": [s.to_dict() for s in samples],
                 "metrics": metrics, "position_after": self.source.position.to_dict(),
                 "partial_after": [[s.to_dict() for s in g] for g in self.buffer]})
+            if self.producers is not None:  # the rollout is durable in the run's queue: groups may go
+                self.producers.ack(rollout_id)
         return samples, metrics
 
     # -- over-sampling, dynamic filter, partial rollout ------------------------------------------

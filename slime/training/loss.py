@@ -285,39 +285,49 @@ def icepop_weights(
         }
 
 
-def sc_advantages(rewards: torch.Tensor, seq_log_ratio: torch.Tensor, n: int, clip: float) -> torch.Tensor:
-    """Score-centering advantages (docs/en/corrections.md#sc-score-centering-with-reinforce): ``A_i = s_i - mean_group(s)``, ``s_i = w_i r_i``.
-
-    ``w_i = min(exp(seq_log_ratio_i), clip)`` with ``seq_log_ratio_i = sum_t (log pi_train -
-    log pi_rollout)`` over sample i's response (detached). Samples of one prompt are n
-    consecutive entries.
-
-    Derivation: for y ~ pi_rollout, ``E[w(y) r(y) grad log pi(y)] = E_{pi}[r grad log pi]``, the
-    on-policy gradient. Subtracting the group mean of s is a baseline. Assumptions: (1) the
-    baseline is unbiased only when pi_train ~ pi_rollout, since ``E_rollout[grad log pi]`` is
-    0 only then (the baseline is not importance-weighted); (2) the group mean includes y_i
-    itself, which shrinks each advantage by (n-1)/n (an O(1/n) bias, like GRPO's); (3)
-    truncating w at ``clip`` trades a downward bias on over-represented samples for bounded
-    variance; a sequence-level ratio is a product of token ratios, so keep ``clip`` small.
-    """
-    if rewards.numel() % n != 0:
-        raise ValueError(f"{rewards.numel()} rewards is not a multiple of n={n}")
-    w = torch.exp(seq_log_ratio.detach().float()).clamp(max=clip)
-    s = (w * rewards.detach().float()).reshape(-1, n)
-    return (s - s.mean(dim=1, keepdim=True)).reshape(rewards.shape)
-
-
 def reinforce_loss(
     log_probs: torch.Tensor, advantages: torch.Tensor, loss_mask: torch.Tensor, agg: Aggregation = "sample_mean",
     denominator: float | None = None,
 ) -> torch.Tensor:
-    """Plain REINFORCE, ``-A_i * log pi(y_i)``, no ratio and no clipping (used with SC).
+    """Plain REINFORCE, ``-A_i * log pi(y_i)``, no ratio and no clipping (``--use-sc`` trains with
+    ``policy_loss(kind="reinforce")``, the same term; SC's advantages: slime.training.advantages).
 
     With ``sample_mean`` this is ``-A_i`` times the token mean of ``log pi`` over sample i: the
     length normalization every other loss here uses, applied to ``sum_t log pi(y_i,t)``.
     """
     adv = _per_token(advantages.detach().to(log_probs.dtype), log_probs)
     return aggregate(-adv * log_probs, loss_mask, agg, denominator)
+
+
+def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, loss_mask: torch.Tensor,
+               value_clip: float | None = 0.2, agg: Aggregation = "sample_mean",
+               denominator: float | None = None) -> tuple[torch.Tensor, dict[str, float]]:
+    """The critic's clipped value loss (PPO), aggregated like the policy loss; returns (loss, metrics).
+
+    Per token ``0.5 * max((V - R)^2, (V_clip - R)^2)`` with ``V_clip = V_old + clip(V - V_old,
+    -value_clip, value_clip)``: ``V_old`` are the values the advantages were computed with, ``R``
+    the GAE returns. The clip keeps one rollout from moving a value further than ``value_clip``
+    from where it started; ``value_clip=None`` is the plain squared error. Only ``values`` carries
+    gradients. Metrics (same aggregation, additive): ``value_loss``, ``value_clipfrac`` (share of
+    tokens where the clipped term is the larger one) and ``values`` (the mean prediction).
+    """
+    old = old_values.detach().to(values.dtype)
+    ret = returns.detach().to(values.dtype)
+    unclipped = (values - ret).square()
+    if value_clip is None:
+        losses, clip_taken = 0.5 * unclipped, torch.zeros_like(values)
+    else:
+        if value_clip <= 0:
+            raise ValueError(f"value_clip must be > 0, got {value_clip}")
+        clipped = (old + (values - old).clamp(-value_clip, value_clip) - ret).square()
+        losses = 0.5 * torch.maximum(unclipped, clipped)
+        clip_taken = (clipped > unclipped).to(values.dtype)
+    loss = aggregate(losses, loss_mask, agg, denominator)
+    with torch.no_grad():
+        metrics = {"value_loss": float(loss.detach().item()),
+                   "value_clipfrac": float(aggregate(clip_taken, loss_mask, agg, denominator).item()),
+                   "values": float(aggregate(values.detach(), loss_mask, agg, denominator).item())}
+    return loss, metrics
 
 
 @dataclass(frozen=True)
@@ -345,7 +355,8 @@ ESTIMATOR_POLICY_LOSS = {"gspo": "gspo", "cispo": "cispo"}
 def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
     """The runtime's ``slime.config.LossConfig`` (parsed flags) -> this module's config.
 
-    One rule for every trainer backend: estimator -> policy loss, aggregation, TIS / IcePop.
+    One rule for every trainer backend: estimator -> policy loss (``--use-sc``: plain REINFORCE),
+    aggregation, TIS / IcePop.
     """
     tis_mode = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
     low, high = ((loss.icepop_low, loss.icepop_high) if loss.use_icepop else (loss.tis_clip_low, loss.tis_clip))
@@ -358,7 +369,8 @@ def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
                       kl_loss_coef=loss.kl_loss_coef if loss.use_kl_loss else 0.0,
                       kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
                       tis_mode=tis_mode, tis_clip=high, tis_clip_low=low, agg=agg,
-                      policy_loss=ESTIMATOR_POLICY_LOSS.get(estimator, "ppo"),
+                      policy_loss="reinforce" if getattr(loss, "use_sc", False)
+                      else ESTIMATOR_POLICY_LOSS.get(estimator, "ppo"),
                       max_response_len=max_response_len if agg == "constant_norm" else None)
 
 

@@ -167,3 +167,29 @@ def test_chinese_page_has_no_english_after_every_step_and_a_server_error(new_pag
     leftovers = {t: w for t, w in leftovers.items() if w}
     assert len(seen) > 300
     assert not leftovers, "\n".join(f"{t!r}: {w}" for t, w in sorted(leftovers.items()))
+
+
+@pytest.mark.browser
+def test_chinese_page_words_the_runtime_refusals_in_chinese(new_page):
+    """A GPU recipe with TP > 1 (refused by the runtime today: weight export from rank 0) and SC with
+    TIS (refused: the ratio would weigh the loss twice): the runtime's codes are worded in Chinese,
+    with flags and values as code, and no refusal falls back to the runtime's English."""
+    page = new_page(lang="zh")
+    act(page, lambda: page.select_option('[data-field="model.recipe"]', "glm4.7"))
+    act(page, lambda: page.locator('[data-field="corrections.sc"]').check())
+    found = page.evaluate("""() => Array.from(document.querySelectorAll('.finding:not(.ref)')).filter(
+        (el) => (el.querySelector('b')?.textContent || '').includes('RUNTIME')).map((el) => {
+            const copy = el.cloneNode(true);
+            copy.querySelectorAll('code, b, button').forEach((c) => c.remove());
+            return {prose: copy.textContent, codes: Array.from(el.querySelectorAll('code')).map((c) => c.textContent),
+                    verbatim: el.querySelectorAll('code.runtime-reason').length};
+        })""")
+    codes = {c for f in found for c in f["codes"]}
+    assert {"--tensor-model-parallel-size 8", "--use-sc", "--use-tis"} <= codes, found
+    assert all(f["verbatim"] == 0 and "运行时拒绝" in f["prose"] for f in found), found
+    allowed = ALLOWED | TUTORIAL_TERMS
+    leftovers = {f["prose"]: [w for w in _leftovers(f["prose"]) if w not in allowed
+                              and w.rstrip(".,;:)") not in allowed and not TECHNICAL.match(w.rstrip(".,;:)"))]
+                 for f in found}
+    assert not {t: w for t, w in leftovers.items() if w}, leftovers
+    assert_clean(page)

@@ -194,6 +194,37 @@ def test_grpo_step_with_embedded_engine_kl_zero_then_sync(tiny, converted, tmp_p
     record("train_checkpoint_roundtrip", "save/load and torch_dist->HF identical")
 
 
+def _adam_states(tr):
+    inner = [o.optimizer for o in (getattr(tr.optimizer, "chained_optimizers", None) or [tr.optimizer])]
+    return [(float(st["step"]), st["exp_avg"].clone(), st["exp_avg_sq"].clone())
+            for opt in inner for g in opt.param_groups for p in g["params"] for st in [opt.state[p]]]
+
+
+def test_resume_loads_into_a_fresh_trainer_with_its_adam_state(tiny, converted, tmp_path):
+    """`--load` builds a new trainer and loads before its first step (a fresh optimizer has no Adam
+    state yet): the weights and the optimizer's moments and step come back exactly."""
+    import torch
+
+    tr = _trainer(tiny, converted, lr=1e-3)
+    records = _records(8, [12, 7, 20, 5], prompt_len=2)
+    for i, r in enumerate(records):
+        r.advantage = 1.0 if i % 2 else -1.0
+    tr.train(records, 1)
+    tr.train(records, 1)
+    saved = {k: v.clone() for b in tr.export_hf_weights() for k, v in b}
+    states = _adam_states(tr)
+    tr.save(tmp_path / "ckpt")
+    fresh = _trainer(tiny, tmp_path / "ckpt", lr=1e-3)  # ModelConfig(load=...): the resume path
+    loaded = {k: v for b in fresh.export_hf_weights() for k, v in b}
+    assert set(loaded) == set(saved) and all(torch.equal(loaded[k], saved[k]) for k in saved)
+    again = _adam_states(fresh)
+    assert len(again) == len(states) and states[0][0] == 2.0
+    diffs = [(a[0], b[0], float((a[1] - b[1]).abs().max()), float((a[2] - b[2]).abs().max()), float(a[1].abs().max()))
+             for a, b in zip(states, again)]
+    assert all(d[0] == d[1] and d[2] == 0 and d[3] == 0 for d in diffs), diffs[:3]
+    record("resume_fresh_trainer", {"params": len(states), "adam_step": states[0][0]})
+
+
 def test_cpu_adam_offload_trains(tiny, converted):
     """--optimizer-cpu-offload: Adam states and step on the CPU (megatron's HybridDeviceOptimizer)."""
     import torch
@@ -217,3 +248,23 @@ def test_cpu_adam_offload_trains(tiny, converted):
     record("cpu_adam_offload", {"changed_tensors": f"{changed}/{len(before)}", "grad_norm": m.get("train/grad_norm"),
                                 "optimizer": type(tr.optimizer).__name__})
     assert changed > len(before) // 2
+
+
+def test_megatron_trains_sc_advantages_from_its_own_old_log_probs(tiny, converted):
+    """--use-sc: each record's advantage is its centred importance-weighted reward, computed from
+    the Megatron trainer's own old log-probs (slime/training/advantages.py); REINFORCE, no clipping."""
+    import math
+
+    tr = _trainer(tiny, converted, lr=0.0, use_sc=True, tis_clip=2.0)
+    recs = _records(4, [24, 40], prompt_len=8, seed=3)
+    for i, r in enumerate(recs):
+        r.reward, r.group = float(i % 2), i // 2
+        r.rollout_log_probs = [-7.0] * r.response_len
+    old = tr.log_probs(recs)
+    m = tr.train(recs, 1)
+    w = [min(math.exp(sum(o) - sum(r.rollout_log_probs)), 2.0) for o, r in zip(old, recs)]
+    s = [wi * r.reward for wi, r in zip(w, recs)]
+    want = [s[i] - (s[2 * (i // 2)] + s[2 * (i // 2) + 1]) / 2 for i in range(4)]
+    record("megatron_sc", {"advantages": [r.advantage for r in recs], "expected": want})
+    assert [r.advantage for r in recs] == pytest.approx(want, rel=1e-4, abs=1e-5)
+    assert m["train/pg_clipfrac"] == 0.0

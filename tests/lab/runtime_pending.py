@@ -20,7 +20,7 @@ def is_pending(message: str) -> bool:
 
 
 def pending(f) -> bool:
-    return f.id == "RUNTIME" and is_pending(f.message)
+    return f.id == "RUNTIME" and is_pending(f.params.get("reason", f.message))  # the runtime's own text
 
 
 def without_pending(findings):

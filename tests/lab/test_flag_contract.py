@@ -25,9 +25,6 @@ from slime.dry_run import dry_run
 from tests.lab.runtime_pending import is_pending
 
 RUNTIME_FLAGS = {o for a in build_parser()._actions for o in a.option_strings}
-# Declared flags the runtime does not know: the control stays on the page, and the runtime's
-# refusal ("unknown flag") is what the lab shows when it is turned on.
-NOT_IN_RUNTIME = {"--use-sc"}
 
 
 def _runtime_knows(flag: str) -> bool:
@@ -41,7 +38,7 @@ def test_every_field_declares_its_flag_or_says_why_it_has_none(path):
     for flag in FIELD_FLAGS[path]:
         if path == EXTRA_FLAGS_PATH:
             continue
-        assert _runtime_knows(flag) or flag in NOT_IN_RUNTIME, f"{path} declares {flag}, which the runtime does not know"
+        assert _runtime_knows(flag), f"{path} declares {flag}, which the runtime does not know"
 
 
 def test_simple_flag_lines_come_from_the_declarations():
@@ -83,6 +80,7 @@ TOGGLES = {
     "fp8": {"precision.rollout": "fp8"},
     "tis": {"corrections.tis": True},
     "icepop": {"corrections.tis": False, "corrections.icepop": True},
+    "sc": {"corrections.tis": False, "corrections.icepop": False, "corrections.sc": True},
     "partial": {"rollout.partial_rollout": True},
     "straw": {"rollout.queue": True, "rollout.queue_state_dir": "/data/straw"},
 }
@@ -168,7 +166,7 @@ def test_a_flag_a_control_owns_is_refused_and_points_at_the_control():
 def test_an_unknown_extra_flag_names_the_closest_real_flag():
     exp, _ = apply_change(new_experiment("tiny-cpu"), EXTRA_FLAGS_PATH, "--eps-clipp 0.3")
     hits = [f for f in validate(exp) if f.id == "RUNTIME" and EXTRA_FLAGS_PATH in f.fields]
-    assert hits and "did you mean --eps-clip" in hits[0].message
+    assert hits and "did you mean --eps-clip" in hits[0].params["reason"]
     # the rest of the verdict is still shown while the user types
     assert new_experiment("tiny-cpu").model_dump()["task"] == exp.model_dump()["task"]
 

@@ -135,6 +135,18 @@ def test_disaggregated_flags_and_eval(tmp_path):
     assert args[args.index("--load") + 1] == "/ck/run"
 
 
+def test_resuming_is_the_one_line_edit_of_load_dir(tmp_path):
+    """A user resumes by setting LOAD_DIR in the variables block of an already rendered script: train
+    must then pass --load (a check that passes while train silently starts fresh is the trap)."""
+    files = render_all(experiment_for("glm4-9b"))
+    assert "--load" not in train_args(tmp_path / "fresh", files)
+    body = files["experiment.sh"]
+    assert body.count("\nLOAD_DIR=''") == 1
+    edited = {**files, "experiment.sh": body.replace("\nLOAD_DIR=''", "\nLOAD_DIR='/ck/my run'")}
+    args = train_args(tmp_path / "edited", edited)
+    assert args[args.index("--load") + 1] == "/ck/my run"
+
+
 def test_external_mode_passes_engine_addresses(tmp_path):
     args = train_args(tmp_path, render_all(experiment_for("glm4-9b", "external")))
     i = args.index("--rollout-external-engine-addrs")

@@ -57,7 +57,8 @@ RUNTIME_CASES = [
      ["placement.external_engine_addrs"], "expected at least one argument"),
     ("queue_without_state_dir", "glm4-9b", {"rollout.queue": True}, "error", ["rollout.queue_state_dir"], "straw queue"),
     ("save_without_directory", "glm4-9b", {"paths.save": ""}, "error", ["paths.save"], "--save-interval needs --save"),
-    ("sc_has_no_runtime_flag", "glm4-9b", {"corrections.sc": True}, "error", ["corrections.sc"], "unknown flag --use-sc"),
+    ("sc_and_tis_weigh_the_ratio_twice", "glm4.7", {"corrections.sc": True}, "error",
+     ["corrections.sc", "corrections.tis"], "--use-sc with --use-tis"),
 ]
 
 
@@ -65,7 +66,7 @@ RUNTIME_CASES = [
 def test_runtime_refusal_is_shown_at_the_fields_whose_flags_it_names(case):
     _, recipe, changes, level, fields, words = case
     exp = raw(recipe, **{k.replace(".", "__"): v for k, v in changes.items()})
-    hits = [f for f in validate(exp) if f.id == "RUNTIME" and f.level == level and words in f.message]
+    hits = [f for f in validate(exp) if f.id == "RUNTIME" and f.level == level and words in f.params["reason"]]
     assert hits, [f.message for f in validate(exp)]
     assert set(fields) <= set(hits[0].fields)
     assert hits[0].fix

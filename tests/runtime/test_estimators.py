@@ -138,12 +138,13 @@ def test_kl_in_the_reward_uses_the_same_estimator_as_the_kl_loss(kl_type):
         assert kl_value(d, kl_type) == pytest.approx(kl_penalty(torch.tensor(d), torch.tensor(0.0), kl_type).item())
 
 
-def test_ppo_without_a_critic_and_kl_coef_with_group_estimators_are_refused():
+def test_ppo_on_a_backend_without_a_critic_and_kl_coef_with_group_estimators_are_refused():
     from slime.args import parse_args, validate
 
     base = ["--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--num-rollout", "1", "--rm-type", "math"]
-    msgs = " ".join(validate(parse_args([*base, "--advantage-estimator", "ppo"])))
-    assert "ppo needs a critic" in msgs
+    msgs = " ".join(validate(parse_args([*base, "--advantage-estimator", "ppo", "--train-backend", "megatron"])))
+    assert "--advantage-estimator ppo with --train-backend megatron" in msgs and "no critic" in msgs
+    assert "ppo" not in " ".join(validate(parse_args([*base, "--advantage-estimator", "ppo"])))
     msgs = " ".join(validate(parse_args([*base, "--kl-coef", "0.1"])))
     assert "--kl-coef 0.1 with --advantage-estimator grpo" in msgs and "--use-kl-loss" in msgs
     msgs = " ".join(validate(parse_args([*base, "--advantage-estimator", "reinforce_plus_plus", "--kl-coef", "0.1"])))

@@ -18,7 +18,6 @@ from slime.training.loss import (  # noqa: E402
     kl_penalty,
     policy_loss,
     reinforce_loss,
-    sc_advantages,
     tis_weights,
 )
 
@@ -161,14 +160,6 @@ def test_entropy_chunked_matches_unchunked() -> None:
     assert torch.allclose(entropy_from_logits(logits, chunk_size=4), full, atol=1e-6)
     uniform = entropy_from_logits(torch.zeros(1, 8))
     assert uniform.item() == pytest.approx(math.log(8))
-
-
-def test_sc_advantages_center_importance_weighted_scores() -> None:
-    rewards = _t([1.0, 0.0, 1.0, 1.0])
-    seq_log_ratio = torch.log(_t([2.0, 1.0, 10.0, 0.5]))
-    adv = sc_advantages(rewards, seq_log_ratio, n=2, clip=3.0)
-    # s = [2, 0 | 3 (clipped), 0.5] -> centred per group.
-    assert adv.tolist() == pytest.approx([1.0, -1.0, 1.25, -1.25])
 
 
 def test_reinforce_loss_is_minus_advantage_times_token_mean_log_prob() -> None:

@@ -69,21 +69,31 @@ def shape_from_spec(spec: str, vocab_size: int) -> dict:
     return shape
 
 
-def build_model(out: Path, vocab_size: int, eos_id: int, pad_id: int, seed: int, shape: dict | None = None) -> None:
+def build_model(out: Path, vocab_size: int, eos_id: int, pad_id: int, seed: int, shape: dict | None = None,
+                max_positions: int = 64, device: str = "cpu", dtype: str = "float32") -> None:
     import torch
     from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=vocab_size, **(shape or DEFAULT_SHAPE),
-                         max_position_embeddings=64, tie_word_embeddings=False,
+                         max_position_embeddings=max_positions, tie_word_embeddings=False,
                          eos_token_id=eos_id, pad_token_id=pad_id, bos_token_id=None)
-    model = Qwen2ForCausalLM(config)
+    # A benchmark-sized model (billions of parameters) is initialised on the GPU in bf16: on the
+    # CPU in fp32 that takes minutes. The tiny recipe keeps the CPU fp32 default (its seeded curve).
+    with torch.device(device):
+        model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
     model.save_pretrained(out)
     GenerationConfig(eos_token_id=eos_id, pad_token_id=pad_id).save_pretrained(out)
 
 
-def build_data(out: Path, seed: int, eval_fraction: float = 0.2) -> tuple[int, int]:
-    numbers = [f"{i:03d}" for i in range(1000)]
+def build_data(out: Path, seed: int, eval_fraction: float = 0.2, digits: int = 3) -> tuple[int, int]:
+    """1,000 prompts of `digits` digits; the label is the last digit. The default (3) is every number
+    000..999; longer prompts (a throughput benchmark's long sequences) are seeded random strings."""
+    if digits == 3:
+        numbers = [f"{i:03d}" for i in range(1000)]
+    else:
+        rng = random.Random(seed + 1)
+        numbers = ["".join(rng.choice(CHARS) for _ in range(digits)) for _ in range(1000)]
     random.Random(seed).shuffle(numbers)
     n_eval = int(len(numbers) * eval_fraction)
     splits = {"eval.jsonl": numbers[:n_eval], "train.jsonl": numbers[n_eval:]}
@@ -102,13 +112,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-spec", help="a scripts/models/*.sh whose MODEL_ARGS give the model's shape "
                                          "(default: the tiny CPU shape)")
+    ap.add_argument("--prompt-digits", type=int, default=3,
+                    help="digits per prompt (default 3: the tiny task; longer for throughput benchmarks)")
+    ap.add_argument("--device", default="cpu", help="where the random weights are initialised (cpu, cuda)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="saved weights' dtype")
     a = ap.parse_args(argv)
     model_dir = Path(a.model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(model_dir)
     shape = shape_from_spec(a.model_spec, len(tok)) if a.model_spec else None
-    build_model(model_dir, len(tok), tok.eos_token_id, tok.pad_token_id, a.seed, shape)
-    n_train, n_eval = build_data(Path(a.data_dir), a.seed)
+    # room for the chat template's tags, the prompt and a short answer
+    positions = 64 if a.prompt_digits <= 3 else 2 ** (a.prompt_digits + 64).bit_length()
+    build_model(model_dir, len(tok), tok.eos_token_id, tok.pad_token_id, a.seed, shape, positions, a.device, a.dtype)
+    n_train, n_eval = build_data(Path(a.data_dir), a.seed, digits=a.prompt_digits)
     print(f"model: {model_dir} (vocab {len(tok)}); data: {a.data_dir} ({n_train} train, {n_eval} eval)")
 
 

@@ -26,7 +26,8 @@ class EmbeddedBackend:
         weights_path = m.load or m.ref_load
         weights = resolve_checkpoint(weights_path, "--load" if m.load else "--ref-load").weights() \
             if weights_path else None
-        ref = resolve_checkpoint(m.ref_load, "--ref-load").weights() if (m.ref_load and loss.use_kl_loss) else None
+        # The reference of the KL loss and of the KL in the reward (--kl-coef) alike is --ref-load.
+        ref = resolve_checkpoint(m.ref_load, "--ref-load").weights() if (m.ref_load and loss.needs_ref) else None
         trainer = EmbeddedTrainer(m.hf_checkpoint, weights, ref, cfg.optim, loss, cfg.batch, rank, world_size,
                                   cfg.run.seed)
         state: dict[str, Any] = {}

@@ -13,6 +13,38 @@ import json
 from pathlib import Path
 from typing import Any
 
+from slime.refusals import declare
+
+_R = declare("embedded", {
+    "sglang_missing": "--rollout-backend sglang needs the optional [sglang] install and a GPU; "
+                      "use --rollout-backend embedded on this machine",
+    "engine_r3": "--use-rollout-routing-replay (R3): the embedded engine returns no routed experts "
+                 "(return_routed_experts); use --rollout-backend sglang with --sglang-enable-return-routed-experts",
+    "engine_offload": "--offload / --offload-rollout without --colocate: an embedded engine on its own pool keeps its "
+                      "weights between rollouts (with --colocate engines release memory while training); drop the "
+                      "flag, or use --rollout-backend sglang",
+    "engine_groups": "--sglang-config / --prefill-num-servers: server groups and PD need --rollout-backend sglang",
+    "engine_size": "--rollout-num-gpus-per-engine {size}: an embedded engine serves one unshardable model copy; use 1",
+    "engine_parallel": "{flag} {value}: the embedded engine has no model parallelism",
+    "engine_semantic": "{flag}: not supported by the embedded engine (it would change what is sampled); "
+                       "use --rollout-backend sglang",
+    "trainer_parallel": "{flag} {value}: the embedded trainer does not shard models (data parallel only); use 1, "
+                        "or --train-backend megatron",
+    "trainer_cpu_adam": "--optimizer-cpu-offload: the embedded trainer keeps AdamW on the model's device",
+    "trainer_offload": "--offload / --offload-train without --colocate: the embedded trainer owns its pool and has "
+                       "nothing to hand over between phases (with --colocate it offloads each side in turn); drop the "
+                       "flag, or use --train-backend megatron",
+    "trainer_routing_replay": "--use-routing-replay: the embedded trainer runs dense Hugging Face models and has no MoE "
+                              "router to replay; drop the flag, or use --train-backend megatron with a MoE model",
+    "trainer_r3": "--use-rollout-routing-replay (R3): the embedded trainer runs dense models and cannot replay "
+                  "the rollout's MoE routes; drop the flag, or use --train-backend megatron with a MoE model",
+    "trainer_optimizer": "--optimizer {optimizer}: the embedded trainer runs AdamW (Megatron's adam); use adam or "
+                         "--train-backend megatron",
+    "trainer_megatron_flag": "{flag}: a Megatron option the embedded trainer (one fp32 Hugging Face model per "
+                             "data-parallel rank) has no equivalent for, so it would be ignored; drop it, or use "
+                             "--train-backend megatron",
+})
+
 _PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
              "expert_model_parallel_size", "expert_tensor_parallel_size",
              "virtual_pipeline_model_parallel_size")
@@ -60,29 +92,23 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
         from slime.rollout.engines.sglang import sglang_available
 
         if not sglang_available():
-            e.append("--rollout-backend sglang needs the optional [sglang] install and a GPU; "
-                     "use --rollout-backend embedded on this machine")
+            e.append(_R("sglang_missing"))
     if c.rollout_backend == "embedded" and not c.external and getattr(cfg.loss, "use_rollout_routing_replay", False):
-        e.append("--use-rollout-routing-replay (R3): the embedded engine returns no routed experts "
-                 "(return_routed_experts); use --rollout-backend sglang with --sglang-enable-return-routed-experts")
+        e.append(_R("engine_r3"))
     if c.rollout_backend == "embedded" and not c.external:
         if not c.colocate and c.offload_rollout:
-            e.append("--offload / --offload-rollout without --colocate: an embedded engine on its own pool keeps its "
-                     "weights between rollouts (with --colocate engines release memory while training); drop the "
-                     "flag, or use --rollout-backend sglang")
+            e.append(_R("engine_offload"))
         if c.sglang_config or c.prefill_num_servers:
-            e.append("--sglang-config / --prefill-num-servers: server groups and PD need --rollout-backend sglang")
+            e.append(_R("engine_groups"))
         if c.rollout_num_gpus_per_engine != 1:
-            e.append(f"--rollout-num-gpus-per-engine {c.rollout_num_gpus_per_engine}: an embedded engine "
-                     f"serves one unshardable model copy; use 1")
+            e.append(_R("engine_size", size=c.rollout_num_gpus_per_engine))
         for k in _SGLANG_PARALLEL:
             v = _int(cfg.sglang.get(k, 1))
             if v is not None and v > 1:
-                e.append(f"--sglang-{k.replace('_', '-')} {v}: the embedded engine has no model parallelism")
+                e.append(_R("engine_parallel", flag=f"--sglang-{k.replace('_', '-')}", value=v))
         for k in _SGLANG_SEMANTIC:
             if k in cfg.sglang:
-                e.append(f"--sglang-{k.replace('_', '-')}: not supported by the embedded engine "
-                         f"(it would change what is sampled); use --rollout-backend sglang")
+                e.append(_R("engine_semantic", flag=f"--sglang-{k.replace('_', '-')}"))
     return e
 
 
@@ -92,22 +118,17 @@ def embedded_trainer_errors(cfg) -> list[str]:
     for k in _PARALLEL:
         v = _int(cfg.megatron.get(k, 1))
         if v is not None and v > 1:
-            e.append(f"--{k.replace('_', '-')} {v}: the embedded trainer does not shard models "
-                     f"(data parallel only); use 1, or --train-backend megatron")
+            e.append(_R("trainer_parallel", flag=f"--{k.replace('_', '-')}", value=v))
     if cfg.megatron.get("optimizer_cpu_offload"):
-        e.append("--optimizer-cpu-offload: the embedded trainer keeps AdamW on the model's device")
+        e.append(_R("trainer_cpu_adam"))
     e.extend(embedded_megatron_flag_errors({k: v for k, v in cfg.megatron.items() if k != "optimizer_cpu_offload"}))
     if not cfg.cluster.colocate and cfg.cluster.offload_train:
-        e.append("--offload / --offload-train without --colocate: the embedded trainer owns its pool and has "
-                 "nothing to hand over between phases (with --colocate it offloads each side in turn); drop the "
-                 "flag, or use --train-backend megatron")
+        e.append(_R("trainer_offload"))
     loss = cfg.loss
     if getattr(loss, "use_routing_replay", False):
-        e.append("--use-routing-replay: the embedded trainer runs dense Hugging Face models and has no MoE "
-                 "router to replay; drop the flag, or use --train-backend megatron with a MoE model")
+        e.append(_R("trainer_routing_replay"))
     if getattr(loss, "use_rollout_routing_replay", False):
-        e.append("--use-rollout-routing-replay (R3): the embedded trainer runs dense models and cannot replay "
-                 "the rollout's MoE routes; drop the flag, or use --train-backend megatron with a MoE model")
+        e.append(_R("trainer_r3"))
     return e
 
 
@@ -124,14 +145,11 @@ def embedded_megatron_flag_errors(megatron: dict) -> list[str]:
     e = []
     opt = megatron.get("optimizer")
     if opt is not None and str(opt).lower() != "adam":
-        e.append(f"--optimizer {opt}: the embedded trainer runs AdamW (Megatron's adam); use adam or "
-                 f"--train-backend megatron")
+        e.append(_R("trainer_optimizer", optimizer=str(opt)))
     for key in megatron:
         if key in _EMBEDDED_OK:
             continue
-        e.append(f"--{key.replace('_', '-')}: a Megatron option the embedded trainer (one fp32 Hugging Face model "
-                 f"per data-parallel rank) has no equivalent for, so it would be ignored; drop it, or use "
-                 f"--train-backend megatron")
+        e.append(_R("trainer_megatron_flag", flag=f"--{key.replace('_', '-')}"))
     return e
 
 

@@ -15,7 +15,7 @@ from slime.backends.embedded.weights import named_weights
 from slime.config import BatchConfig, LossConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.training import lr_schedule
-from slime.training.advantages import needs_token_advantages, token_advantages
+from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
 from slime.training.loss import (
     compute_total_loss,
@@ -122,6 +122,8 @@ class EmbeddedTrainer:
             plan.append((micro_batches(shard, self.batch_cfg.micro_batch_size, cap), denom))
         # The PPO "old" policy is the one that existed before this rollout's first update.
         all_olds = [[self._old(mb) for mb in mbs] for mbs, _ in plan]
+        if self.loss_cfg.use_sc:
+            self._set_sc_advantages(records, plan, all_olds)
         self._set_token_advantages(plan, all_olds)
         sums: dict[str, float] = {}
         for (mbs, denom), olds in zip(plan, all_olds):
@@ -156,9 +158,30 @@ class EmbeddedTrainer:
             group["lr"] = lr
         return lr
 
+    def _set_sc_advantages(self, records: list[TrainRecord], plan: list, all_olds: list) -> None:
+        """--use-sc: each record's advantage becomes its centred importance-weighted score
+        (slime/training/advantages.py), from this rank's old log-probs and the group sums of all ranks."""
+        recs, olds = [], []
+        for (mbs, _), mb_olds in zip(plan, all_olds):
+            for mb, (old, _ref) in zip(mbs, mb_olds):
+                for i, r in enumerate(mb):
+                    recs.append(r)
+                    olds.append(old[i, r.prompt_len - 1:len(r.tokens) - 1].tolist())
+        num_groups = 1 + max(r.group for r in records)
+        values = sc_advantages([r.reward for r in recs], [r.group for r in recs], num_groups,
+                               [r.response_mask for r in recs], olds, [r.rollout_log_probs for r in recs],
+                               self.loss_cfg.tis_clip, self._all_reduce_sum_list)
+        for r, v in zip(recs, values):
+            r.advantage = v
+
     def _set_token_advantages(self, plan: list, all_olds: list) -> None:
         """KL in the reward / --normalize-advantages (slime/training/advantages.py), per token."""
         loss = self.loss_cfg
+        if loss.advantage_estimator == "ppo":  # GAE needs the critic: the runtime set them (slime/ray/runtime.py)
+            if any(r.token_advantages is None for mbs, _ in plan for mb in mbs for r in mb):
+                raise ValueError("--advantage-estimator ppo: records reached the trainer without their GAE "
+                                 "advantages (the runtime computes them from the critic's values first)")
+            return
         if not needs_token_advantages(loss.advantage_estimator, loss.kl_coef, loss.normalize_advantages):
             return
         recs, olds, refs = [], [], []

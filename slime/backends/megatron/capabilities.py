@@ -7,6 +7,24 @@ That the Ray cluster has GPUs is known only once Ray is up; slime.ray.runtime ch
 from __future__ import annotations
 
 from slime.backends.megatron.model_args import _int, unsupported_flags
+from slime.refusals import declare
+
+_R = declare("megatron", {
+    "model_flags": "--train-backend megatron needs the model's architecture flags (MODEL_ARGS of a "
+                   "scripts/models/*.sh spec); missing: {missing}",
+    "context_parallel": "--context-parallel-size {cp}: needs Transformer Engine's ring attention, which this Megatron "
+                        "build does not use; use 1 (TP/PP shard long sequences instead)",
+    "dp_whole": "--actor-num-nodes x --actor-num-gpus-per-node = {ranks} trainer ranks is not a multiple of "
+                "TP x PP x CP = {model}; the data-parallel size must be a whole number",
+    "tp_pp_export": "--tensor-model-parallel-size {tp} / --pipeline-model-parallel-size {pp} with train.py: weight "
+                    "sync exports from trainer rank 0 alone, and a TP-merged or per-stage export needs every rank; not "
+                    "wired into the Ray loop yet: use TP = PP = 1 (data parallel over the trainer ranks)",
+    "ppo_critic": "--advantage-estimator ppo with --train-backend megatron: the Megatron trainer of this build has "
+                  "no critic (value model) to train beside the policy; use grpo, gspo, cispo, dr_grpo, "
+                  "reinforce_plus_plus(_baseline), or run ppo with --train-backend embedded",
+    "routing_replay": "--use-routing-replay / --use-rollout-routing-replay: the Megatron trainer of this build does "
+                      "not replay MoE routes yet; drop the flag",
+})
 
 _MODEL_FLAGS = ("num_layers", "hidden_size", "num_attention_heads")
 
@@ -16,24 +34,20 @@ def megatron_trainer_errors(cfg) -> list[str]:
     m = cfg.megatron
     missing = [k for k in _MODEL_FLAGS if k not in m]
     if missing:
-        e.append("--train-backend megatron needs the model's architecture flags (MODEL_ARGS of a scripts/models/*.sh "
-                 f"spec); missing: {', '.join('--' + k.replace('_', '-') for k in missing)}")
+        e.append(_R("model_flags", missing=", ".join("--" + k.replace("_", "-") for k in missing)))
     e.extend(unsupported_flags(m))
     cp = _int(m, "context_parallel_size", 1) or 1
     if cp > 1:
-        e.append(f"--context-parallel-size {cp}: needs Transformer Engine's ring attention, which this Megatron "
-                 "build does not use; use 1 (TP/PP shard long sequences instead)")
+        e.append(_R("context_parallel", cp=cp))
     tp = _int(m, "tensor_model_parallel_size", 1) or 1
     pp = _int(m, "pipeline_model_parallel_size", 1) or 1
     ranks = cfg.cluster.num_trainer_ranks
     if ranks % (tp * pp * cp):
-        e.append(f"--actor-num-nodes x --actor-num-gpus-per-node = {ranks} trainer ranks is not a multiple of "
-                 f"TP x PP x CP = {tp * pp * cp}; the data-parallel size must be a whole number")
+        e.append(_R("dp_whole", ranks=ranks, model=tp * pp * cp))
     if tp * pp > 1:
-        e.append(f"--tensor-model-parallel-size {tp} / --pipeline-model-parallel-size {pp} with train.py: weight sync "
-                 "exports from trainer rank 0 alone, and a TP-merged or per-stage export needs every rank; not wired "
-                 "into the Ray loop yet: use TP = PP = 1 (data parallel over the trainer ranks)")
+        e.append(_R("tp_pp_export", tp=tp, pp=pp))
+    if cfg.loss.advantage_estimator == "ppo":
+        e.append(_R("ppo_critic"))
     if getattr(cfg.loss, "use_rollout_routing_replay", False) or getattr(cfg.loss, "use_routing_replay", False):
-        e.append("--use-routing-replay / --use-rollout-routing-replay: the Megatron trainer of this build does not "
-                 "replay MoE routes yet; drop the flag")
+        e.append(_R("routing_replay"))
     return e

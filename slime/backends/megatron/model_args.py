@@ -33,6 +33,7 @@ from slime.model_spec import (  # noqa: E402,F401
     read_model_args,
 )
 from slime.model_spec import ModelSpecError as ModelArgsError  # noqa: E402
+from slime.refusals import declare  # noqa: E402
 
 # --- typed accessors ---------------------------------------------------------------------------
 
@@ -53,12 +54,18 @@ UNSUPPORTED: dict[str, str] = {}
 LINEAR_ATTENTION_VARIANTS = ("gated_delta_net",)
 
 
+_R = declare("megatron.unsupported", {
+    **{k: f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items()},
+    "linear_attention_variant": "--hybrid-linear-attention {variant}: this backend builds {built} only",
+})
+
+
 def unsupported_flags(flags: Mapping[str, Any]) -> list[str]:
-    out = [f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items() if _bool(flags, k)]
+    out = [_R(k) for k in UNSUPPORTED if _bool(flags, k)]
     variant = flags.get("hybrid_linear_attention")
     if variant not in (None, False) and linear_attention_variant(flags) not in LINEAR_ATTENTION_VARIANTS:
-        out.append(f"--hybrid-linear-attention {variant}: this backend builds "
-                   + ", ".join(LINEAR_ATTENTION_VARIANTS) + " only")
+        out.append(_R("linear_attention_variant", variant=linear_attention_variant(flags),
+                      built=", ".join(LINEAR_ATTENTION_VARIANTS)))
     return out
 
 

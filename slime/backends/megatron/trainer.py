@@ -31,7 +31,7 @@ from slime.backends.megatron.model_args import _int, check_hf_config, load_flags
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.training import lr_schedule
-from slime.training.advantages import needs_token_advantages, token_advantages
+from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
 from slime.training.loss import (
     compute_total_loss,
@@ -333,6 +333,14 @@ class MegatronTrainer:
             if refs is not None:
                 refs.update(zip(map(id, shard), self.log_probs(shard, use_ref=True)))
         lc = self.loss_cfg
+        if lc.use_sc:  # centred importance-weighted scores (slime/training/advantages.py), group sums over DP
+            mine = [r for shard in plan for r in shard]
+            values = sc_advantages([r.reward for r in mine], [r.group for r in mine], 1 + max(r.group for r in records),
+                                   [r.response_mask for r in mine],
+                                   [olds[id(r)] if olds is not None else r.rollout_log_probs for r in mine],
+                                   [r.rollout_log_probs for r in mine], lc.tis_clip, self._sum_over_dp)
+            for r, v in zip(mine, values):
+                r.advantage = v
         if needs_token_advantages(lc.advantage_estimator, lc.kl_coef, lc.normalize_advantages):
             mine = [r for shard in plan for r in shard]
             old_rows = [olds[id(r)] if olds is not None else r.rollout_log_probs for r in mine]
@@ -456,6 +464,40 @@ class MegatronTrainer:
             write_tracker(save_dir, it)
         return out
 
+    def _materialise_optimizer_state(self) -> None:
+        """Give every parameter of a fresh optimizer an Adam state (zeros, step 0) before a load.
+
+        Resuming builds a new trainer and loads into it before its first step. megatron-core's
+        distributed optimizer (torch Adam, without Apex/TE) reads each parameter's ``step`` while it
+        describes the state to load into, and a fresh optimizer has none: it asserts. Megatron-LM
+        fills such slots with a dummy step; here they are zeros, which the load then overwrites."""
+        for opt in getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]:
+            inner = getattr(opt, "optimizer", None)
+            if inner is None:
+                continue
+            for group in inner.param_groups:
+                on_device = bool(group.get("fused") or group.get("capturable"))
+                for p in group["params"]:
+                    st = inner.state[p]
+                    if "step" not in st:
+                        st["step"] = torch.zeros((), dtype=torch.float32, device=p.device if on_device else "cpu")
+                    st.setdefault("exp_avg", torch.zeros_like(p, memory_format=torch.preserve_format))
+                    st.setdefault("exp_avg_sq", torch.zeros_like(p, memory_format=torch.preserve_format))
+
+    def _restore_adam_step(self) -> None:
+        """Adam's bias correction reads each parameter's ``step``. Loaded into a fresh optimizer, the
+        moments come back but the step keeps the value the slots were given before the load (measured
+        on the H200: 0 after 2 saved steps); one optimizer step per trainer iteration, so the
+        iteration restores it."""
+        step = float(self.iteration)
+        for opt in getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer]:
+            inner = getattr(opt, "optimizer", None)
+            for st in (inner.state.values() if inner is not None else ()):
+                if "step" in st and torch.is_tensor(st["step"]):
+                    st["step"].fill_(step)
+                elif "step" in st:
+                    st["step"] = step
+
     def load(self, load_dir: str | Path, with_optimizer: bool | None = None) -> None:
         from megatron.core import dist_checkpointing
 
@@ -465,6 +507,7 @@ class MegatronTrainer:
         model_sd = mm.unwrap(self.model).sharded_state_dict()
         request: dict[str, Any] = {"model": model_sd}
         if with_optimizer:
+            self._materialise_optimizer_state()
             request["optimizer"] = self.optimizer.sharded_state_dict(model_sd, is_loading=True,
                                                                      metadata=OPTIM_CKPT_METADATA)
         state = dist_checkpointing.load(request, str(ckpt))
@@ -475,3 +518,5 @@ class MegatronTrainer:
             self.optimizer.reload_model_params()
         it = state.get("iteration", 0)
         self.iteration = int(it) if isinstance(it, (int, float)) else 0
+        if with_optimizer:
+            self._restore_adam_step()

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slime.refusals import declare
 from slime.rollout.engines.sglang_flags import (
     DISAGGREGATION_TRANSFER_BACKENDS,
     FLAGS,
@@ -44,6 +45,22 @@ DEFAULT_BOOTSTRAP_PORT = 8998
 SLIME_OWN = {"server_concurrency", "config"}
 HICACHE_FIELDS = ("enable_hierarchical_cache", "hicache_ratio", "hicache_size", "hicache_write_policy",
                   "hicache_storage_backend", "hicache_io_backend", "hicache_mem_layout", "release_hicache")
+
+
+_R = declare("sglang", {
+    "rollout_gpus_whole": "--rollout-num-gpus {gpus} is not a multiple of --rollout-num-gpus-per-engine {per_engine}",
+    "prefill_no_decode": "--prefill-num-servers {prefill} x {per_engine} GPUs leaves no decode GPUs of "
+                         "--rollout-num-gpus {gpus} (SGL-4)",
+    "groups_total": "the server groups hold {total} GPUs but --rollout-num-gpus is {gpus} (SGL-4)",
+    "transfer_backend": "disaggregation_transfer_backend {backend!r} is not one of {backends}",
+    "pp_divides": "{per_engine} GPUs per engine not divisible by pp_size {pp} (SGL-1)",
+    "dp_attention": "dp_size {dp} needs enable_dp_attention (SGL-3)",
+    "dp_divides": "dp_size {dp} does not divide the engine's tp {tp} (SGL-3)",
+    "dp_lm_head": "enable_dp_lm_head needs enable_dp_attention (SGL-3)",
+    "hicache_radix": "enable_hierarchical_cache with disable_radix_cache (SGL-6)",
+    "unknown_fields": "not SGLang {version} ServerArgs fields known to slime: {fields} "
+                      "(see slime/rollout/engines/sglang_flags.py)",
+})
 
 
 class TranslationError(ValueError):
@@ -124,13 +141,12 @@ def load_server_groups(path: str | Path, hf_checkpoint: str | None = None) -> li
 
 def default_groups(rollout_gpus: int, gpus_per_engine: int, prefill_num_servers: int | None) -> list[ServerGroup]:
     if rollout_gpus % gpus_per_engine:
-        raise TranslationError(f"--rollout-num-gpus {rollout_gpus} is not a multiple of "
-                               f"--rollout-num-gpus-per-engine {gpus_per_engine}")
+        raise TranslationError(_R("rollout_gpus_whole", gpus=rollout_gpus, per_engine=gpus_per_engine))
     if prefill_num_servers:
         prefill = prefill_num_servers * gpus_per_engine
         if prefill >= rollout_gpus:
-            raise TranslationError(f"--prefill-num-servers {prefill_num_servers} x {gpus_per_engine} GPUs leaves no "
-                                   f"decode GPUs of --rollout-num-gpus {rollout_gpus} (SGL-4)")
+            raise TranslationError(_R("prefill_no_decode", prefill=prefill_num_servers, per_engine=gpus_per_engine,
+                                      gpus=rollout_gpus))
         return [ServerGroup("prefill", prefill, gpus_per_engine), ServerGroup("decode", rollout_gpus - prefill,
                                                                               gpus_per_engine)]
     return [ServerGroup("regular", rollout_gpus, gpus_per_engine)]
@@ -159,7 +175,7 @@ def plan_engines(groups: list[ServerGroup], sglang_flags: dict[str, Any], *, ser
     """Resolve each engine's ServerArgs fields (without per-engine host/port/GPU values)."""
     total = sum(g.num_gpus for g in groups)
     if rollout_gpus is not None and total != rollout_gpus:
-        raise TranslationError(f"the server groups hold {total} GPUs but --rollout-num-gpus is {rollout_gpus} (SGL-4)")
+        raise TranslationError(_R("groups_total", total=total, gpus=rollout_gpus))
     notices: list[str] = []
     base = _flag_fields(sglang_flags, notices)
     specs: list[EngineSpec] = []
@@ -176,8 +192,8 @@ def plan_engines(groups: list[ServerGroup], sglang_flags: dict[str, Any], *, ser
                 f["disaggregation_mode"] = g.worker_type
                 f.setdefault("disaggregation_transfer_backend", "mooncake")
                 if f["disaggregation_transfer_backend"] not in DISAGGREGATION_TRANSFER_BACKENDS:
-                    raise TranslationError(f"disaggregation_transfer_backend {f['disaggregation_transfer_backend']!r}"
-                                           f" is not one of {DISAGGREGATION_TRANSFER_BACKENDS}")
+                    raise TranslationError(_R("transfer_backend", backend=f["disaggregation_transfer_backend"],
+                                              backends=", ".join(DISAGGREGATION_TRANSFER_BACKENDS)))
                 if g.worker_type == "prefill":
                     f.setdefault("disaggregation_bootstrap_port", DEFAULT_BOOTSTRAP_PORT)
                     f.setdefault("load_balance_method", "follow_bootstrap_room")
@@ -193,25 +209,22 @@ def plan_engines(groups: list[ServerGroup], sglang_flags: dict[str, Any], *, ser
                 f.pop("disaggregation_mode", None)
             tp = g.num_gpus_per_engine // int(f.get("pp_size", 1))
             if g.num_gpus_per_engine % int(f.get("pp_size", 1)):
-                raise TranslationError(f"{g.num_gpus_per_engine} GPUs per engine not divisible by pp_size "
-                                       f"{f.get('pp_size')} (SGL-1)")
+                raise TranslationError(_R("pp_divides", per_engine=g.num_gpus_per_engine, pp=f.get("pp_size")))
             dp = int(f.get("dp_size", 1))
             if dp > 1 and not _truthy(f.get("enable_dp_attention")):
-                raise TranslationError(f"dp_size {dp} needs enable_dp_attention (SGL-3)")
+                raise TranslationError(_R("dp_attention", dp=dp))
             if dp > 1 and tp % dp:
-                raise TranslationError(f"dp_size {dp} does not divide the engine's tp {tp} (SGL-3)")
+                raise TranslationError(_R("dp_divides", dp=dp, tp=tp))
             if _truthy(f.get("enable_dp_lm_head")) and not _truthy(f.get("enable_dp_attention")):
-                raise TranslationError("enable_dp_lm_head needs enable_dp_attention (SGL-3)")
+                raise TranslationError(_R("dp_lm_head"))
             if _truthy(f.get("enable_hierarchical_cache")) and _truthy(f.get("disable_radix_cache")):
-                raise TranslationError("enable_hierarchical_cache with disable_radix_cache (SGL-6)")
+                raise TranslationError(_R("hicache_radix"))
             if f.get("speculative_algorithm") and "max_running_requests" not in f:
                 f["max_running_requests"] = server_concurrency  # SGL-7
             f["tp_size"] = tp
             unknown = sorted(k for k in f if k not in FLAGS)
             if unknown:
-                raise TranslationError(
-                    f"not SGLang {SGLANG_VERSION} ServerArgs fields known to slime: {', '.join(unknown)} "
-                    f"(see slime/rollout/engines/sglang_flags.py)")
+                raise TranslationError(_R("unknown_fields", version=SGLANG_VERSION, fields=", ".join(unknown)))
             specs.append(EngineSpec(len(specs), g, gpu, g.num_gpus_per_engine, f, notices + own))
             gpu += g.num_gpus_per_engine
     return specs

@@ -1,0 +1,97 @@
+"""The runtime's refusals read in the page's language: each carries a stable code and parameters
+(slime/refusals.py), and the lab words each code in lab/locales (wording only, never the rule)."""
+from __future__ import annotations
+
+import collections
+import pickle
+import re
+
+import pytest
+
+from lab.messages import LANGS, catalogue, localize_finding, placeholders
+from lab.rules import apply_change, new_experiment, validate
+from lab.runtime_verdict import RUNTIME_KEY, runtime_finding
+from slime.dry_run import dry_run
+from slime.refusals import Refusal, all_codes
+
+CODES = all_codes()
+SPAN = re.compile(r"`([^`]*)`")
+
+
+def test_the_runtime_declares_its_codes_and_they_are_many():
+    assert len(CODES) > 100 and "args.tis_icepop" in CODES and "megatron.tp_pp_export" in CODES
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_every_runtime_code_is_worded_in_every_language(code):
+    key = RUNTIME_KEY.format(code=code)
+    en = catalogue("en")[key]
+    # English: the runtime's own template, with flags, values and paths marked as code
+    assert en.replace("`", "") == CODES[code]
+    for lang in LANGS:
+        text = catalogue(lang)[key]
+        assert set(placeholders(text)) == set(placeholders(en)), lang
+        # flags, values and paths stay literal (the same code spans) in every language
+        assert collections.Counter(SPAN.findall(text)) == collections.Counter(SPAN.findall(en)), lang
+        assert text.count("`") % 2 == 0, lang
+
+
+def test_the_catalogue_words_no_code_the_runtime_does_not_emit():
+    for lang in LANGS:
+        stale = {k for k in catalogue(lang) if k.startswith("runtime.")} - {RUNTIME_KEY.format(code=c) for c in CODES}
+        assert not stale, (lang, stale)
+
+
+def test_a_refusal_keeps_its_code_through_pickling_and_prints_its_english():
+    r = Refusal("args.min_lr", {"min_lr": 2.0, "lr": 1.0})
+    assert r == "--min-lr 2.0 must lie in [0, --lr 1.0]"
+    back = pickle.loads(pickle.dumps(r))
+    assert back.code == "args.min_lr" and back.params == {"min_lr": 2.0, "lr": 1.0} and back == r
+
+
+def test_parser_refusals_have_codes_too():
+    errors = dry_run(["--use-scx", "1", "--kl-los-type"]).errors
+    assert [getattr(e, "code", None) for e in errors] == ["usage.unknown_flag_hint", "usage.unknown_flag_hint"]
+    assert errors[0].params == {"flag": "--use-scx", "close": "--use-sc"}
+    (choice,) = dry_run(["--kl-loss-type", "k9"]).errors
+    assert choice.code == "usage.invalid_choice" and choice.params["flag"] == "--kl-loss-type"
+
+
+def test_a_runtime_refusal_reads_in_chinese_with_its_flags_as_code():
+    exp, _ = apply_change(new_experiment("glm4.7"), "corrections.sc", True)
+    (f,) = [f for f in validate(exp) if f.params.get("code") == "args.sc_ratio"]
+    assert f.params["reason"].startswith("--use-sc with --use-tis:")  # the runtime's own English
+    zh = localize_finding(f, "zh")
+    assert zh.message == "运行时拒绝：`--use-sc` 与 `--use-tis` 同时开启：SC 已经用截断后的序列比值（`--tis-clip`）给每个样本加权；请去掉 `--use-tis`"
+    assert "`--use-sc` with `--use-tis`" in localize_finding(f, "en").message
+
+
+def test_a_refusal_without_a_worded_code_falls_back_to_the_runtime_english():
+    plain = runtime_finding("error", ["model.recipe"], "a message written without a code")
+    assert plain.params == {"reason": "a message written without a code", "code": None,
+                            "text": "a message written without a code"}
+    assert localize_finding(plain, "zh").message == "运行时拒绝：a message written without a code"
+    unknown = Refusal("args.tis_icepop")
+    unknown.code = "nowhere.unknown"  # a code this lab's catalogue does not word (e.g. a newer runtime)
+    f = runtime_finding("error", ["corrections.tis"], unknown)
+    assert f.params["text"] == str(unknown) and localize_finding(f, "zh").message.endswith(str(unknown))
+
+
+@pytest.mark.parametrize("recipe", ["glm4-9b", "glm4.7", "tiny-cpu"])
+def test_every_refusal_the_lab_shows_for_a_recipe_has_a_worded_code(recipe):
+    exp = new_experiment(recipe)
+    for path, value in (("corrections.sc", True), ("task.n_samples_per_prompt", 1), ("rollout.partial_rollout", True)):
+        exp, _ = apply_change(exp, path, value)
+    shown = [f for f in validate(exp) if f.id == "RUNTIME" and f.message_id in ("RUNTIME.error", "RUNTIME.warning")]
+    assert shown
+    assert all(isinstance(f.params["text"], dict) for f in shown), [f.params["reason"] for f in shown]
+
+
+def test_the_code_registry_imports_neither_torch_nor_ray():
+    import subprocess
+    import sys
+
+    probe = ("import sys; from slime.refusals import all_codes; all_codes(); "
+             "print(sorted(m for m in ('torch', 'ray') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
