@@ -171,7 +171,7 @@ function draw(v) {
   if (changed("repairs", [v.repairs, v.derived, exp.placement])) drawRepairs(v.repairs, v);
   if (changed("image", v.image)) drawImage(v.image);
   if (changed("provenance", v.provenance)) drawProvenance(v.provenance);
-  drawHistory(v.workspace);
+  drawHistory(v.workspace, v.history_labels);
   state.rev += 1;
   document.body.dataset.rev = String(state.rev);
   document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));
@@ -293,7 +293,7 @@ function drawLastChange(entry) {
     void wrap.offsetWidth; // restart the animation
     wrap.classList.add("flash");
   }
-  if (entry.undone) { toast(tr("undone", { label: entryLabel(entry) })); return; }
+  if (entry.undone) { toast(tr("undone", { label: entryLabel(entry.label) })); return; }
   if (deps.length) toast(tr("changed_with", { list: deps.map((c) => fieldLabel(c.path)).join(", ") }));
 }
 
@@ -304,19 +304,18 @@ function drawRecipe(r) {
     (r.notes?.length ? `<ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : "");
 }
 
-function entryLabel(e) {
-  if (!e) return "";
-  const known = { "Load JSON": "load_json", "restore A": "restore_a", "reset": "reset" }[e.label];
-  if (known) return tr(known);
-  return ui.loc?.fields?.[e.label] ? fieldLabel(e.label) : e.label;
+// A history label as the server rendered it in the page's language; a field path is named by the page.
+function entryLabel(label) {
+  if (!label) return "";
+  return ui.loc?.fields?.[label] ? fieldLabel(label) : label;
 }
 
-function drawHistory(ws) {
+function drawHistory(ws, labels) {
   const u = $("#undo"), r = $("#redo");
   u.disabled = !ws.undo.length;
   r.disabled = !ws.redo.length;
-  u.title = ws.undo.length ? tr("undo_title", { label: entryLabel(ws.undo[ws.undo.length - 1]) }) : "";
-  r.title = ws.redo.length ? tr("redo_title", { label: entryLabel(ws.redo[ws.redo.length - 1]) }) : "";
+  u.title = ws.undo.length ? tr("undo_title", { label: entryLabel(labels?.undo) }) : "";
+  r.title = ws.redo.length ? tr("redo_title", { label: entryLabel(labels?.redo) }) : "";
 }
 
 // --- events ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment
 from lab.recipes import all_recipes
 
 KEYS = {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands", "files",
-        "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change",
+        "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change", "history_labels",
         "repairs", "provenance", "image", "folded", "diagrams", "placement_plan"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
