@@ -41,6 +41,8 @@ class MissingMessage(KeyError):
 
 def normalize_lang(lang: str | None) -> str:
     """'zh', 'zh-CN', 'zh_Hans' → 'zh'; anything unknown (or None) → 'en'."""
+    if lang in LANGS:  # the common case, on every rendered text
+        return lang
     if not lang:
         return DEFAULT_LANG
     base = re.split(r"[-_]", lang.strip().lower(), maxsplit=1)[0]

@@ -25,10 +25,13 @@ const controls = new Map(); // field path → element
 
 // --- locale ------------------------------------------------------------------------------------
 
+// The English locale comes with the page (a JSON data block); another is fetched once.
+const inlineJSON = (id) => JSON.parse(document.getElementById(id).textContent);
+
 async function loadLocale(lang) {
   if (!state.locs[lang]) {
-    const r = await fetch(`/static/locales/${lang}.json`);
-    state.locs[lang] = await r.json();
+    if (lang === "en") state.locs.en = inlineJSON("boot-locale");
+    else state.locs[lang] = await (await fetch(`/locales/${lang}.json`)).json();
   }
   return state.locs[lang];
 }
@@ -458,11 +461,15 @@ function selectTab(name) {
 
 async function init() {
   // Start the locale and the first API request at once, before the DOM is parsed (the module is
-  // async); draw when both are in and the DOM is ready.
+  // async); draw when both are in and the DOM is ready. A first visit in English needs neither:
+  // the page carries the English locale and the answer for a fresh workspace (lab/page.py).
   const boot = window.slimeBoot; // requests the page's inline script already started
   state.lang = boot ? boot.lang : (localStorage.getItem(LANG_KEY) === "zh" ? "zh" : "en");
-  if (boot) boot.locale.then((loc) => { state.locs[state.lang] = loc; }, () => {});
-  const locP = boot ? boot.locale.catch(() => loadLocale(state.lang)) : loadLocale(state.lang);
+  let locP = null;
+  if (state.lang !== "en") {
+    locP = boot?.locale ? boot.locale.catch(() => loadLocale(state.lang)) : loadLocale(state.lang);
+    locP.then((loc) => { state.locs[state.lang] = loc; }, () => {});
+  }
   let stored = null;
   if (boot) stored = boot.stored;
   else { try { stored = JSON.parse(localStorage.getItem(STORE_KEY) || "null"); } catch { stored = null; } }
@@ -473,15 +480,16 @@ async function init() {
     action = { type: "open_share", link: hash };
     history.replaceState(null, "", location.pathname + location.search); // the fragment has done its job
   }
-  const first = boot && action.type === "view" ? boot.first : request(action, stored);
+  const inline = boot?.inline && action.type === "view";
+  const first = inline ? null : boot?.first && action.type === "view" ? boot.first : request(action, stored);
   performance.mark("lab:init");
   if (document.readyState === "loading") await new Promise((r) => document.addEventListener("DOMContentLoaded", r, { once: true }));
   performance.mark("lab:dom");
   bindEvents();
   performance.mark("lab:bound");
-  ui.loc = await locP;
+  ui.loc = locP ? await locP : await loadLocale("en");
   if (state.lang !== "en") applyLocale();
-  const firstAnswer = await first;
+  const firstAnswer = inline ? { ok: true, data: inlineJSON("boot-view") } : await first;
   performance.mark("lab:data");
   let ok = receive(firstAnswer);
   performance.mark("lab:drawn");
