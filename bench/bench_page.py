@@ -4,8 +4,9 @@
 
 Starts the real app under uvicorn on 127.0.0.1 (a free port) and Debian's Chromium through
 Playwright, then measures:
-- first load: navigation start → the page drawn with the API's first answer (`lab:ready` mark),
-  in fresh browser contexts (empty cache), and the bytes transferred (CDP encodedDataLength);
+- first load: navigation start → the page drawn with its first answer (`lab:ready` mark; a first
+  visit finds that answer in the page itself, lab/page.py), in fresh browser contexts (empty cache,
+  no stored workspace), and the bytes transferred (CDP encodedDataLength, i.e. gzipped where served so);
 - click → preview: from a click on a control to the changed `experiment.sh` preview text,
   ≥ 100 clicks, p50 / p95.
 Goals: first load ≤ 300 ms and ≤ 300 KiB; p95 click → preview ≤ 50 ms.
