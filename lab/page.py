@@ -124,12 +124,17 @@ def _json_block(data: Any) -> Markup:
     return Markup(json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c"))
 
 
-def boot_view() -> dict[str, Any]:
-    """The API's answer to `view` for a fresh workspace in English: what a first visit draws."""
+def boot_view() -> dict[str, Any] | None:
+    """The API's answer to `view` for a fresh workspace in English: what a first visit draws.
+
+    None when it cannot be computed: the page then asks the API, which reports the error itself."""
     from lab.api_workspace import view
     from lab.workspace import Workspace
 
-    return view(Workspace())
+    try:
+        return view(Workspace())
+    except Exception:  # noqa: BLE001 - the page must still be served; its first request shows the error
+        return None
 
 
 @lru_cache(maxsize=1)
@@ -174,12 +179,13 @@ def render_page() -> str:
         # A choice the runtime's registry gained since the locale was written shows its own name.
         return en["fields"][path].get("options", {}).get(value, value)
 
+    first = boot_view()
     from lab.doc_links import SEE, WHY, WHY_EXTRA
     from lab.load_json import MAX_BYTES
 
     html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES,
                                                             why=WHY.get, why_extra=WHY_EXTRA, see_links=SEE,
-                                                            boot_locale=_json_block(en), boot_view=_json_block(boot_view()))
+                                                            boot_locale=_json_block(en), boot_view=_json_block(first) if first else None)
     missing = set(specs) - used
     if missing:
         raise RuntimeError(f"the page draws no control for {sorted(missing)}")

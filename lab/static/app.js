@@ -489,7 +489,8 @@ async function init() {
   performance.mark("lab:bound");
   ui.loc = locP ? await locP : await loadLocale("en");
   if (state.lang !== "en") applyLocale();
-  const firstAnswer = inline ? { ok: true, data: inlineJSON("boot-view") } : await first;
+  // The page lacks the block only when the server could not compute it: then ask, as any visit does.
+  const firstAnswer = inline && $("#boot-view") ? { ok: true, data: inlineJSON("boot-view") } : await (first ?? request(action, stored));
   performance.mark("lab:data");
   let ok = receive(firstAnswer);
   performance.mark("lab:drawn");

@@ -2,6 +2,8 @@
 modules and stylesheet); a stored workspace or another language asks the server as before."""
 from __future__ import annotations
 
+import re
+
 from conftest import act, assert_clean, wait_ready
 
 
@@ -37,4 +39,21 @@ def test_a_chinese_visit_fetches_its_locale_and_a_chinese_answer(new_page):
     act(page, lambda: page.select_option('[data-field="placement.ownership"]', "colocated"))
     act(page, lambda: page.click("#reset"))
     assert "重置" in page.get_attribute("#undo", "title")  # the history label, rendered by the server from its key
+    assert_clean(page)
+
+
+def test_a_page_without_its_first_answer_asks_the_api(new_page):
+    page = new_page(None)
+
+    def strip(route):
+        r = route.fetch()
+        body = re.sub(r'<script type="application/json" id="boot-view">.*?</script>', "", r.text(), flags=re.DOTALL)
+        route.fulfill(response=r, body=body, headers={k: v for k, v in r.headers.items()
+                                                      if k.lower() not in ("content-encoding", "content-length")})
+
+    page.route(page.lab.origin + "/", strip)
+    page.goto(page.lab.origin + "/")
+    wait_ready(page)
+    assert len(_asked(page, "/api/workspace")) == 1
+    assert page.text_content('details.preview[data-file="experiment.sh"] pre').startswith("#!/usr/bin/env bash")
     assert_clean(page)

@@ -59,3 +59,14 @@ def test_locales_are_served_by_language_and_nothing_else(client):
     assert r.json() == page_locale("en") and client.get("/locales/en.json", headers={"if-none-match": r.headers["etag"]}).status_code == 304
     assert client.get("/locales/fr.json").status_code == 404
     assert client.get("/locales/..%2Fapp.json").status_code == 404
+
+
+def test_a_page_whose_first_answer_cannot_be_computed_is_still_served(monkeypatch):
+    import lab.api_workspace
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no view")
+
+    monkeypatch.setattr(lab.api_workspace, "view", broken)
+    html = render_page.__wrapped__()
+    assert 'id="boot-view"' not in html and 'id="boot-locale"' in html  # the page asks the API instead
