@@ -150,7 +150,8 @@ def _environment() -> Environment:
 
 @lru_cache(maxsize=1)
 def render_page() -> str:
-    """The page HTML. Cached: it depends only on the model, the recipes and the locale files."""
+    """The page HTML. Cached: it depends only on the model, the recipes, the locale files and the
+    fresh workspace's answer (whose provenance is the checkout as the server first saw it)."""
     en = page_locale("en")
     recipes = {name: r.display_name for name, r in all_recipes().items()}
     images = _image_names()
