@@ -5,8 +5,11 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change", "repairs", "provenance", "image", "folded",
-     "diagrams", "placement_plan"}
+     "files", "ab_diff", "share_link", "last_change", "history_labels", "repairs", "provenance",
+     "image", "folded", "diagrams", "placement_plan"}
+
+Texts are keys with parameters until this edge: `localized` renders findings, change reasons,
+repair titles, history labels and memory names in the request's language (lab/messages.py).
 
 `repairs`: previews from `lab.repair.propose_repairs(B)` (nothing applied); the action
 `{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
@@ -39,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from lab import rules, workspace
 from lab.body import read_json
 from lab.experiment import Experiment
+from lab.messages import text as msg
 from lab.rules import ChangeError
 from lab.workspace import Workspace
 
@@ -119,9 +123,9 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
             raise ChangeError("action.path", key="error.action.no_path")
         return workspace.edit(ws, action.path, action.value)
     if t == "edit_many":
-        return workspace.edit_many(ws, action.values or {}, action.label or "edit")
+        return workspace.edit_many(ws, action.values or {}, action.label or msg("label.edit"))
     if t == "adopt_grpo":
-        return workspace.edit_many(ws, dict(GRPO_STARTING_POINT), "GRPO starting point")
+        return workspace.edit_many(ws, dict(GRPO_STARTING_POINT), msg("label.grpo"))
     if t in _HISTORY_ACTIONS:
         return _HISTORY_ACTIONS[t](ws)
     if t == "open_share":
@@ -141,7 +145,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
             loaded = parse_document(text)
         except LoadError as exc:
             raise ChangeError(exc.field or "action.text", str(exc), exc.key, exc.params) from exc
-        return workspace.replace_b(ws, loaded.choices, "Load JSON")
+        return workspace.replace_b(ws, loaded.choices, msg("label.load_json"))
     if t == "import_script":
         from lab.import_script import ScriptImportError, import_script
 
@@ -149,7 +153,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
             imported = import_script(action.text or "")
         except ScriptImportError as exc:  # names the line; the workspace stays as it was
             raise ChangeError("action.text", str(exc)) from exc
-        loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), "Import launch script")
+        loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), msg("label.import_script"))
         return loaded.model_copy(update={"a": imported.a})  # B against the closest recipe as A
     if t == "apply_repair":
         from lab.repair import apply_repair
@@ -282,13 +286,14 @@ def _commands(exp: Experiment, d: Any) -> dict[str, Any]:
 
 def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
     exp = ws.b
+    ws_json = ws.model_dump(mode="json")
     derived = rules.derive(exp)
     files, render_error = _files(exp)
     share_link, share_link_ab = _share_links(ws)
     findings = _dump(rules.validate(exp))
     plan = _placement_plan(exp)
     return {
-        "workspace": ws.model_dump(mode="json"),
+        "workspace": ws_json,
         "findings": findings,
         "a_findings": _dump(rules.validate(ws.a)) if ws.a is not None else [],
         "derived": _dump(derived),
@@ -303,12 +308,20 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "share_link_ab": share_link_ab,
         "recipe": _recipe_info(exp),
         "last_change": last_change,
+        "history_labels": _history_labels(ws_json, "en"),
         "repairs": _repairs(exp),
         "provenance": _provenance(exp),
         "image": _image_info(exp.install.image),
         "folded": _folded(exp, findings),
         "diagrams": _diagrams(exp, derived),
     }
+
+
+def _history_labels(ws: dict[str, Any], lang: str) -> dict[str, str | None]:
+    """The labels of the entries Undo and Redo would take (`ws`: the workspace's JSON), in `lang`."""
+    from lab.messages import entry_label
+
+    return {side: entry_label(ws[side][-1], lang) if ws[side] else None for side in ("undo", "redo")}
 
 
 def _diagrams(exp: Experiment, derived: Any) -> dict[str, Any]:
@@ -424,6 +437,7 @@ def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:
         "a_findings": M.localize_findings(v["a_findings"], lang),
         "repairs": [M.localize_repair(r, lang) for r in v["repairs"]],
         "last_change": M.localize_entry(v["last_change"], lang),
+        "history_labels": _history_labels(v["workspace"], lang),
         "memory": M.localize_memory(v["memory"], lang),
         "recipe": _recipe_texts(v["recipe"], lang),
     }

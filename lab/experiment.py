@@ -234,8 +234,9 @@ class Advanced(_Section):
 
     extra_flags: str = private(
         "", flags=("--*",),
-        description="Additional runtime flags no control covers, as shell words (e.g. --eps-clip 0.3); the runtime's "
-                    "parser checks them as you type.")
+        description="Flags no control covers, as shell words (e.g. --eps-clip 0.3). The runtime's parser checks "
+                    "them as you type: an unknown flag gets the closest real one, a flag a control owns points to "
+                    "that control. Private: never in share links.")
 
 
 EXTRA_FLAGS_PATH = "advanced.extra_flags"

@@ -18,32 +18,49 @@ KV cache is what `mem_fraction_static` × GPU memory leaves after the weights. H
 cache budget B into two pools at the state : KV ratio ρ (`precision.state_kv_ratio`, else SGLang's
 default): recurrent state B·ρ/(1+ρ), attention KV B/(1+ρ) (docs/en/hybrid-cache.md). The GDN layer
 pattern lives in config.json, which the lab does not read, so KV tokens count every layer as attention.
+
+Item names and exclusions are catalogue keys (`memory.item.*`, `memory.exclusion.*`) with parameters;
+`items_gib` and `exclusions` are their English renderings, and the API renders the keys in the page's
+language (lab/messages.py).
 """
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
 
 from lab.derive import ETP, recipe_and_spec
 from lab.experiment import Experiment
 from lab.images import get_image
+from lab.messages import render
 
 GIB = 1024**3
-EXCLUSIONS = [
-    "CUDA context and kernel workspaces (≈0.5–1 GiB per GPU)",
-    "NCCL / communication buffers and the weight-sync buffer",
-    "allocator fragmentation and caching slack",
-    "the MTP / EAGLE draft layer and its KV cache",
-    "the GDN layer pattern of hybrid models (config.json): KV tokens count every layer as attention",
-    "reference or old-actor model copies (KL, OPD) and their host backups",
-    "SGLang CUDA graphs, DP-attention replication of attention weights and router/dispatcher buffers",
-    "MoE activation imbalance (tokens routed unevenly) and per-expert intermediate activations",
-]
+EXCLUSION_IDS = [f"memory.exclusion.{k}" for k in (
+    "cuda_context", "nccl", "fragmentation", "draft", "recurrent", "reference", "sglang", "moe")]
+EXCLUSIONS = [render(k) for k in EXCLUSION_IDS]
+
+
+class MemoryItem(BaseModel):
+    key: str = Field(description="Catalogue key of the item's name (memory.item.*).")
+    params: dict[str, Any] = Field(default_factory=dict, description="str.format parameters of the name.")
+    gib: float
+
+
+def _item(key: str, gib: float, **params: Any) -> MemoryItem:
+    return MemoryItem(key=f"memory.item.{key}", params=params, gib=gib)
 
 
 class Phase(BaseModel):
-    items_gib: dict[str, float] = Field(description="What the phase holds per GPU, GiB.")
+    items: list[MemoryItem] = Field(description="What the phase holds per GPU: keyed names and GiB.")
+    items_gib: dict[str, float] = Field(default_factory=dict, description="The same items by English name, GiB.")
     total_gib: float
     fits: bool | None = Field(None, description="total ≤ GPU memory; null when the image has no GPU.")
+
+    @model_validator(mode="after")
+    def _english_names(self) -> Phase:
+        if not self.items_gib:
+            self.items_gib = {render(i.key, i.params): i.gib for i in self.items}
+        return self
 
 
 class MemoryEstimate(BaseModel):
@@ -59,7 +76,8 @@ class MemoryEstimate(BaseModel):
     state_kv_ratio: float | None = Field(None, description="Hybrid models: the state : KV ratio the pools were split at.")
     total_params_b: float
     active_params_b: float
-    exclusions: list[str] = Field(default_factory=lambda: list(EXCLUSIONS), description="Not counted.")
+    exclusion_ids: list[str] = Field(default_factory=lambda: list(EXCLUSION_IDS), description="Not counted: catalogue keys.")
+    exclusions: list[str] = Field(default_factory=lambda: list(EXCLUSIONS), description="Not counted, in English.")
 
 
 def _g(x: float) -> float:
@@ -95,14 +113,14 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
         acts = layers_stage * per_layer_full * r.pp
     logits = tokens * spec.vocab / r.tp * 4
 
-    train_items = {
-        "weights (BF16)": _g(2 * params_gpu),
-        "gradients (FP32)": _g(4 * params_gpu),
-        "Adam state (FP32 master + moments, ZeRO over DP)": 0.0 if r.cpu_adam else _g(optimizer),
-        "activations": _g(acts),
-        "logits (FP32)": _g(logits),
-    }
-    train_total = round(sum(train_items.values()), 2)
+    train_items = [
+        _item("weights", _g(2 * params_gpu)),
+        _item("gradients", _g(4 * params_gpu)),
+        _item("adam", 0.0 if r.cpu_adam else _g(optimizer)),
+        _item("activations", _g(acts)),
+        _item("logits", _g(logits)),
+    ]
+    train_total = round(sum(i.gib for i in train_items), 2)
 
     bytes_per_param = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}[exp.precision.rollout]
     e = max(p.engine_gpus, 1)
@@ -124,13 +142,13 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
         shards = min(e, spec.kv_groups)
         per_token = spec.layers * 2 * spec.kv_groups * spec.kv_channels * kv_elem / shards
         kv_tokens = int(kv // per_token) if per_token else 0
-    roll_items = {f"weights ({exp.precision.rollout.upper()}) over {e} GPUs": _g(w_roll)}
+    roll_items = [_item("rollout_weights", _g(w_roll), precision=exp.precision.rollout.upper(), gpus=e)]
     if ratio:
         state_dtype = exp.precision.recurrent_state_dtype or "float32"
-        roll_items[f"attention KV pool (state : KV = {ratio:g} : 1)"] = _g(kv)
-        roll_items[f"recurrent-state pool, {state_dtype} (state : KV = {ratio:g} : 1)"] = _g(state)
+        roll_items.append(_item("kv_pool", _g(kv), ratio=f"{ratio:g}"))
+        roll_items.append(_item("state_pool", _g(state), dtype=state_dtype, ratio=f"{ratio:g}"))
     else:
-        roll_items["KV cache (rest of the static fraction)"] = _g(kv)
+        roll_items.append(_item("kv_cache", _g(kv)))
     roll_total = round(max(_g(claimed), _g(w_roll)), 2)
 
     has_gpu = gpu_gib > 0
@@ -138,8 +156,8 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
     return MemoryEstimate(
         gpu_memory_gib=gpu_gib,
         colocated=colocated,
-        training=Phase(items_gib=train_items, total_gib=train_total, fits=(train_total <= gpu_gib) if has_gpu else None),
-        rollout=Phase(items_gib=roll_items, total_gib=roll_total, fits=(w_roll <= claimed) if has_gpu else None),
+        training=Phase(items=train_items, total_gib=train_total, fits=(train_total <= gpu_gib) if has_gpu else None),
+        rollout=Phase(items=roll_items, total_gib=roll_total, fits=(w_roll <= claimed) if has_gpu else None),
         peak_gib=max(train_total, roll_total) if colocated else train_total,
         host_optimizer_gib_per_gpu=_g(optimizer) if r.cpu_adam else 0.0,
         kv_tokens_per_engine=kv_tokens,

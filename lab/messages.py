@@ -5,17 +5,16 @@
 - `<finding id>[.<variant>].message` / `.fix`: the findings of `lab.checks` and `lab.rules.validate`
   (a Finding carries `message_id` = the prefix and `params`);
 - `term.*`: words used inside another message (a parameter `{"key": "term.…", "params": {…}}`);
-- `change.*`: the reasons of dependent changes (`lab.rules`), `repair.*`: repair titles
-  (`lab.repair`), `label.*`: history labels, `memory.*`: memory item names and exclusions.
+- `change.*`: the reasons of dependent changes (`lab.rules`, `lab.workspace`), `repair.*`: repair
+  titles (`lab.repair`), `label.*`: history labels, `memory.*`: memory item names and exclusions.
 
-Findings are rendered forward from their id and parameters. The other texts are stored as
-English (in the history, in share links, in repair previews), so they are localized by matching
-the English text against the English templates of their namespace and rendering the matching
-template of the other language with the same parameters (`localize_english`). A text that matches
-no template is returned unchanged (e.g. a user's own history label).
-
-English is the source language: the English catalogue reproduces exactly what the rules wrote
-before the catalogue existed, and `render(key, params, "en")` is what the rules emit.
+Every producer emits a `Text` (key + parameters), never a finished sentence: a FieldChange carries
+`reason_id`/`reason_params`, a HistoryEntry `label_id`/`label_params`, a Repair `title_id`/`params`,
+a memory item its `key`/`params`. The English text beside them (`reason`, `label`, `title`,
+`items_gib`) is `render(key, params, "en")`, kept for the CLI, the stored history and old clients.
+The API edge (`localize_*`) renders the key in the page's language. A text without a key (a
+user's own history label, an entry stored before keys existed) is returned unchanged: nothing is
+ever matched back from English.
 """
 from __future__ import annotations
 
@@ -27,13 +26,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 LOCALE_DIR = Path(__file__).parent / "locales"
 LANGS = ("en", "zh")
 DEFAULT_LANG = "en"
-# Namespaces whose texts are stored as English and localized by matching (no format specs there).
-REVERSE_NAMESPACES = ("change.", "repair.", "label.", "memory.")
+# Namespaces of the texts that are not findings (a Text carries their key).
+TEXT_NAMESPACES = ("change.", "repair.", "label.", "memory.")
 
 
 class MissingMessage(KeyError):
@@ -42,6 +41,8 @@ class MissingMessage(KeyError):
 
 def normalize_lang(lang: str | None) -> str:
     """'zh', 'zh-CN', 'zh_Hans' → 'zh'; anything unknown (or None) → 'en'."""
+    if lang in LANGS:  # the common case, on every rendered text
+        return lang
     if not lang:
         return DEFAULT_LANG
     base = re.split(r"[-_]", lang.strip().lower(), maxsplit=1)[0]
@@ -59,6 +60,28 @@ def catalogue(lang: str) -> dict[str, str]:
 def placeholders(template: str) -> list[str]:
     """The parameter names of a template, in order (format specs and conversions dropped)."""
     return [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+
+
+class Text(BaseModel):
+    """A server text as a catalogue key and its parameters; each language renders it at the API edge."""
+
+    key: str = Field(description="Catalogue key, e.g. change.recipe.tp.")
+    params: dict[str, Any] = Field(default_factory=dict, description="str.format parameters of the template.")
+
+    def en(self) -> str:
+        return render(self.key, self.params, DEFAULT_LANG)
+
+
+def text(key: str, **params: Any) -> Text:
+    """The Text `key` with `params` (the key must exist in the catalogue: checked when rendered)."""
+    return Text(key=key, params=params)
+
+
+def keyed(key: str | None, params: dict[str, Any] | None, fallback: str | None, lang: str) -> str | None:
+    """The text `key` in `lang`; `fallback` (the stored English) when there is no key."""
+    if not key:
+        return fallback
+    return localize_text(key, params, lang)
 
 
 def ref(key: str, **params: Any) -> dict[str, Any]:
@@ -112,48 +135,7 @@ def localize_findings(findings: Iterable[Any], lang: str) -> list[Any]:
     return [localize_finding(f, lang) for f in findings]
 
 
-# --- texts stored in English (reasons, titles, labels, memory) ------------------------------------
-
-@cache
-def _patterns(prefix: str) -> list[tuple[re.Pattern[str], str]]:
-    """(regex of the English template, key) for one namespace, most specific template first."""
-    out = []
-    for key, template in catalogue(DEFAULT_LANG).items():
-        if not key.startswith(prefix):
-            continue
-        regex, seen = [], set()
-        for literal, name, _, _ in string.Formatter().parse(template):
-            regex.append(re.escape(literal))
-            if name is None:
-                continue
-            regex.append(f"(?P={name})" if name in seen else f"(?P<{name}>.+?)")
-            seen.add(name)
-        literal_len = len(re.sub(r"\{[^{}]*\}", "", template))
-        out.append((literal_len, re.compile("".join(regex), re.DOTALL), key))
-    out.sort(key=lambda t: -t[0])
-    return [(rx, key) for _, rx, key in out]
-
-
-def match_english(text: str, namespaces: Iterable[str] = REVERSE_NAMESPACES) -> tuple[str, dict[str, str]] | None:
-    """(key, params) of the English template that produced `text`, or None."""
-    for ns in namespaces:
-        for rx, key in _patterns(ns):
-            m = rx.fullmatch(text)
-            if m:
-                return key, m.groupdict()
-    return None
-
-
-def localize_english(text: str | None, lang: str, namespaces: Iterable[str] = REVERSE_NAMESPACES) -> str | None:
-    """`text` (English, from a catalogue template) in `lang`; unchanged when no template matches."""
-    lang = normalize_lang(lang)
-    if not text or lang == DEFAULT_LANG:
-        return text
-    hit = match_english(text, namespaces)
-    if hit is None:
-        return text
-    return localize_text(hit[0], hit[1], lang)
-
+# --- texts with a key (reasons, titles, labels, memory) --------------------------------------------
 
 def _as_dict(obj: Any) -> tuple[dict[str, Any], bool]:
     if isinstance(obj, BaseModel):
@@ -162,22 +144,25 @@ def _as_dict(obj: Any) -> tuple[dict[str, Any], bool]:
 
 
 def localize_change(change: Any, lang: str) -> dict[str, Any]:
-    """A FieldChange (or its dict) as a dict whose `reason` is in `lang`."""
+    """A FieldChange (or its dict) as a dict whose `reason` is in `lang` (rendered from `reason_id`)."""
     data, _ = _as_dict(change)
-    if data.get("reason"):
-        data["reason"] = localize_english(data["reason"], lang, ("change.",))
+    data["reason"] = keyed(data.get("reason_id"), data.get("reason_params"), data.get("reason"), lang)
     return data
 
 
-def localize_entry(entry: Any, lang: str) -> dict[str, Any] | None:
-    """A history entry (or the API's last_change dict): label and reasons in `lang`.
+def entry_label(entry: Any, lang: str) -> str | None:
+    """The label of a history entry in `lang`: from `label_id`, else as stored (a field path, the
+    page names fields itself; or the user's own label)."""
+    data, _ = _as_dict(entry)
+    return keyed(data.get("label_id"), data.get("label_params"), data.get("label"), lang)
 
-    A label that is a field path is left as it is (the page names fields itself)."""
+
+def localize_entry(entry: Any, lang: str) -> dict[str, Any] | None:
+    """A history entry (or the API's last_change dict): label and reasons in `lang`."""
     if entry is None:
         return None
     data, _ = _as_dict(entry)
-    if isinstance(data.get("label"), str):
-        data["label"] = localize_english(data["label"], lang, ("label.", "repair."))
+    data["label"] = entry_label(data, lang)
     if isinstance(data.get("changes"), list):
         data["changes"] = [localize_change(c, lang) for c in data["changes"]]
     return data
@@ -186,7 +171,7 @@ def localize_entry(entry: Any, lang: str) -> dict[str, Any] | None:
 def localize_repair(repair: Any, lang: str) -> dict[str, Any]:
     """A Repair (or its dict) as a dict: title, change reasons, its finding and the remaining findings in `lang`."""
     data, _ = _as_dict(repair)
-    data["title"] = localize_english(data.get("title"), lang, ("repair.",))
+    data["title"] = keyed(data.get("title_id"), data.get("params"), data.get("title"), lang)
     data["changes"] = [localize_change(c, lang) for c in data.get("changes", [])]
     data["remaining"] = [localize_finding(f, lang) for f in data.get("remaining", [])]
     if data.get("finding"):
@@ -195,14 +180,16 @@ def localize_repair(repair: Any, lang: str) -> dict[str, Any]:
 
 
 def localize_memory(memory: Any, lang: str) -> Any:
-    """A MemoryEstimate (or its dict) with item names and exclusions in `lang` (None stays None)."""
+    """A MemoryEstimate (or its dict) with item names and exclusions in `lang` (None stays None).
+
+    `items_gib` is rebuilt from the phase's keyed `items`; `exclusions` from `exclusion_ids`."""
     if memory is None:
         return None
     data, _ = _as_dict(memory)
     for phase in ("training", "rollout"):
         p = data.get(phase)
-        if isinstance(p, dict) and isinstance(p.get("items_gib"), dict):
-            data[phase] = {**p, "items_gib": {localize_english(k, lang, ("memory.item.",)): v for k, v in p["items_gib"].items()}}
-    if isinstance(data.get("exclusions"), list):
-        data["exclusions"] = [localize_english(x, lang, ("memory.exclusion.",)) for x in data["exclusions"]]
+        if isinstance(p, dict) and isinstance(p.get("items"), list):
+            data[phase] = {**p, "items_gib": {localize_text(i["key"], i.get("params"), lang): i["gib"] for i in p["items"]}}
+    if isinstance(data.get("exclusion_ids"), list):
+        data["exclusions"] = [localize_text(k, {}, lang) for k in data["exclusion_ids"]]
     return data

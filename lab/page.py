@@ -2,14 +2,23 @@
 
 The page is a view. Its controls are generated here from the Experiment model, keyed by the
 pydantic field path (`data-field="placement.ownership"`), so that a new field appears on the
-page (and fails the locale test until it is translated) without a hand-written mapping. English
-text is rendered into the HTML from `lab/static/locales/en.json`; `app.js` swaps in another
-locale on the client. No rule lives here or in the page's JavaScript: every value the page shows
-comes back from `POST /api/workspace`.
+page (and fails the locale test until it is translated) without a hand-written mapping. No rule
+lives here or in the page's JavaScript: every value the page shows comes back from
+`POST /api/workspace`.
+
+Texts: `page_locale(lang)` is `lab/static/locales/<lang>.json` with, for English, each field's help
+taken from the field's own description in lab/experiment.py (one source: en.json holds no copy).
+English is rendered into the HTML; GET /locales/<lang>.json serves a locale to `app.js`.
+
+First load: the page carries what its first draw needs for a visitor without a stored workspace,
+as JSON data blocks (not scripts, so the CSP has nothing to allow): the English locale and the
+API's answer to `view` for a fresh workspace. The page then draws without a request. A visitor
+with a stored workspace, another language or a share link asks the API as before.
 """
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import re
@@ -19,9 +28,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
 
 from lab.experiment import PRIVATE_FIELDS, iter_field_paths
 from lab.recipes import all_recipes
@@ -88,8 +98,43 @@ def field_specs() -> dict[str, dict[str, Any]]:
     return {path: field_spec(path, info) for path, info in iter_field_paths()}
 
 
+LOCALE_LANGS = ("en", "zh")
+
+
 def load_locale(lang: str) -> dict[str, Any]:
+    """The locale file as written (English field help lives in the field descriptions instead)."""
     return json.loads((LOCALES_DIR / f"{lang}.json").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=len(LOCALE_LANGS))
+def page_locale(lang: str) -> dict[str, Any]:
+    """The page's texts in `lang`; English field help is the field's description (lab/experiment.py)."""
+    loc = load_locale(lang)
+    if lang == "en":
+        for path, info in iter_field_paths():
+            entry = loc["fields"].setdefault(path, {})
+            if "help" in entry:
+                raise RuntimeError(f"en.json repeats the help of {path}: it is the field's description in lab/experiment.py")
+            entry["help"] = info.description
+    return loc
+
+
+def _json_block(data: Any) -> Markup:
+    """JSON for a `<script type="application/json">` block: `<` escaped so no text can close the block."""
+    return Markup(json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("<", "\\u003c"))
+
+
+def boot_view() -> dict[str, Any] | None:
+    """The API's answer to `view` for a fresh workspace in English: what a first visit draws.
+
+    None when it cannot be computed: the page then asks the API, which reports the error itself."""
+    from lab.api_workspace import view
+    from lab.workspace import Workspace
+
+    try:
+        return view(Workspace())
+    except Exception:  # noqa: BLE001 - the page must still be served; its first request shows the error
+        return None
 
 
 @lru_cache(maxsize=1)
@@ -105,8 +150,9 @@ def _environment() -> Environment:
 
 @lru_cache(maxsize=1)
 def render_page() -> str:
-    """The page HTML. Cached: it depends only on the model, the recipes and the locale files."""
-    en = load_locale("en")
+    """The page HTML. Cached: it depends only on the model, the recipes, the locale files and the
+    fresh workspace's answer (whose provenance is the checkout as the server first saw it)."""
+    en = page_locale("en")
     recipes = {name: r.display_name for name, r in all_recipes().items()}
     images = _image_names()
     specs = field_specs()
@@ -134,11 +180,13 @@ def render_page() -> str:
         # A choice the runtime's registry gained since the locale was written shows its own name.
         return en["fields"][path].get("options", {}).get(value, value)
 
+    first = boot_view()
     from lab.doc_links import SEE, WHY, WHY_EXTRA
     from lab.load_json import MAX_BYTES
 
     html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES,
-                                                            why=WHY.get, why_extra=WHY_EXTRA, see_links=SEE)
+                                                            why=WHY.get, why_extra=WHY_EXTRA, see_links=SEE,
+                                                            boot_locale=_json_block(en), boot_view=_json_block(first) if first else None)
     missing = set(specs) - used
     if missing:
         raise RuntimeError(f"the page draws no control for {sorted(missing)}")
@@ -151,6 +199,38 @@ def inline_script_hashes() -> list[str]:
     return ["sha256-" + base64.b64encode(hashlib.sha256(b.encode("utf-8")).digest()).decode("ascii") for b in bodies]
 
 
+@lru_cache(maxsize=1)
+def _page_bytes() -> tuple[bytes, bytes, str]:
+    """The page as UTF-8, gzipped once (it is cached, so compressing per request would be waste), and its ETag."""
+    body = render_page().encode("utf-8")
+    return body, gzip.compress(body, compresslevel=6, mtime=0), '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+def _cached(request: Request, body: bytes, zipped: bytes | None, etag: str, media_type: str) -> Response:
+    """`body` revalidated by ETag (304 when the browser has it) and gzipped when the browser accepts it."""
+    headers = {"Cache-Control": "no-cache", "ETag": etag, "Vary": "Accept-Encoding"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    if zipped is not None and "gzip" in request.headers.get("accept-encoding", ""):
+        return Response(zipped, media_type=media_type, headers={**headers, "Content-Encoding": "gzip"})
+    return Response(body, media_type=media_type, headers=headers)
+
+
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
-def index() -> HTMLResponse:
-    return HTMLResponse(render_page(), headers={"Cache-Control": "no-cache"})
+def index(request: Request) -> Response:
+    body, zipped, etag = _page_bytes()
+    return _cached(request, body, zipped, etag, "text/html; charset=utf-8")
+
+
+@lru_cache(maxsize=len(LOCALE_LANGS))
+def _locale_bytes(lang: str) -> tuple[bytes, bytes, str]:
+    body = json.dumps(page_locale(lang), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return body, gzip.compress(body, compresslevel=6, mtime=0), '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+@router.get("/locales/{lang}.json", include_in_schema=False)
+def locale(lang: str, request: Request) -> Response:
+    if lang not in LOCALE_LANGS:
+        raise HTTPException(status_code=404)
+    body, zipped, etag = _locale_bytes(lang)
+    return _cached(request, body, zipped, etag, "application/json")

@@ -15,9 +15,9 @@ parallelism repairs offer the recipe's own layout. RDMA device names and externa
 addresses are never proposed or invented: they come from the user's environment and stay listed
 in `requires` (a test enforces it).
 
-`title` is the English text (history label, CLI); `lab.messages` localizes it by matching the
-catalogue's `repair.<kind>` template (`kind` + `params` are the same key and parameters), and
-POST /api/workspace returns it in the page's language.
+`title_id` + `params` name the title in the message catalogue (`repair.*`); `title` is its English
+rendering (history label, CLI). POST /api/workspace renders the key in the page's language, and
+the history entry a repair makes carries the same key as its label.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 
 from lab.derive import ETP, Derived, derive
 from lab.experiment import Experiment
+from lab.messages import Text, text
 from lab.recipes import Recipe, RecipeError, get_recipe
 from lab.rules import ChangeError, FieldChange, Finding, validate
 from lab.workspace import Workspace, edit_many
@@ -47,9 +48,10 @@ class Repair(BaseModel):
     id: str = Field(description="Stable id, '<finding id>:<kind>'; the page applies a repair by it.")
     fixes: str = Field(description="The finding id it repairs.")
     finding: Finding | None = Field(None, description="The finding it repairs (id, level, fields, message, fix).")
-    kind: str = Field("", description="What kind of repair (the page's locale key repair_<kind>).")
-    params: dict[str, Any] = Field(default_factory=dict, description="Numbers for the localized title.")
-    title: str
+    kind: str = Field("", description="What kind of repair (the second half of its id).")
+    title_id: str = Field(description="Catalogue key of the title (repair.*).")
+    params: dict[str, Any] = Field(default_factory=dict, description="str.format parameters of the title.")
+    title: str = Field(description="The title in English (rendered from title_id).")
     values: dict[str, Any] = Field(description="Field path → value the user would set (one undoable entry).")
     changes: list[FieldChange] = Field(description="Every field that would change, dependents included.")
     derived: Derived = Field(description="Numbers after the repair (GPUs, engines, DP ...).")
@@ -58,8 +60,8 @@ class Repair(BaseModel):
     remaining: list[Finding] = Field(description="Errors still present after the repair.")
 
 
-# A proposal: (kind, params, English title, values).
-Proposal = tuple[str, dict[str, Any], str, dict[str, Any]]
+# A proposal: (kind, title, values).
+Proposal = tuple[str, Text, dict[str, Any]]
 
 
 def _recipe(exp: Experiment) -> Recipe | None:
@@ -106,8 +108,7 @@ def _colocated_nodes(exp: Experiment, at_least: int, multiples: list[int]) -> in
 def _pd(exp: Experiment, d: Derived) -> list[Proposal]:
     p, pd = exp.placement, exp.serving.pd
     if p.ownership == "external":
-        return [("pd_off", {}, "Turn PD off here: the external deployment owns its prefill/decode topology",
-                 {"serving.pd.enabled": False})]
+        return [("pd_off", text("repair.pd_off"), {"serving.pd.enabled": False})]
     e = _engine_size(exp)
     if e <= 0:
         return []
@@ -118,8 +119,7 @@ def _pd(exp: Experiment, d: Derived) -> list[Proposal]:
         values: dict[str, Any] = {"serving.pd.prefill_engines": prefill, "serving.pd.decode_engines": engines - prefill}
         if p.rollout_gpus % e and p.ownership == "disaggregated":
             values["placement.rollout_gpus"] = engines * e
-        out.append(("pd_split", {"engines": engines, "prefill": prefill, "decode": engines - prefill},
-                    f"Split the {engines} engines of the rollout pool: {prefill} prefill + {engines - prefill} decode",
+        out.append(("pd_split", text("repair.pd_split", engines=engines, prefill=prefill, decode=engines - prefill),
                     _with_engine(exp, e, values)))
     pf, dc = max(pd.prefill_engines, 1), max(pd.decode_engines, 1)
     need = (pf + dc) * e
@@ -127,8 +127,7 @@ def _pd(exp: Experiment, d: Derived) -> list[Proposal]:
         values = {"serving.pd.prefill_engines": pf, "serving.pd.decode_engines": dc, "placement.rollout_gpus": need}
         if p.gpus_per_node and p.train_gpus + need > p.nodes * p.gpus_per_node:
             values["placement.nodes"] = math.ceil((p.train_gpus + need) / p.gpus_per_node)
-        out.append(("pd_grow", {"prefill": pf, "decode": dc, "e": e, "gpus": need},
-                    f"Size the rollout pool for {pf} prefill + {dc} decode engines of {e} GPUs ({need} GPUs)",
+        out.append(("pd_grow", text("repair.pd_grow", prefill=pf, decode=dc, e=e, gpus=need),
                     _with_engine(exp, e, values)))
     elif p.ownership == "colocated" and need > p.rollout_gpus:
         r = exp.resources
@@ -136,8 +135,7 @@ def _pd(exp: Experiment, d: Derived) -> list[Proposal]:
         if nodes is not None:
             pool = nodes * p.gpus_per_node
             dc = pool // e - pf
-            out.append(("pd_grow_shared", {"prefill": pf, "decode": dc, "e": e, "gpus": pool, "nodes": nodes},
-                        f"Grow the shared pool to {nodes} nodes ({pool} GPUs): {pf} prefill + {dc} decode engines of {e} GPUs",
+            out.append(("pd_grow_shared", text("repair.pd_grow_shared", prefill=pf, decode=dc, e=e, gpus=pool, nodes=nodes),
                         _with_engine(exp, e, {"placement.nodes": nodes, "serving.pd.prefill_engines": pf,
                                               "serving.pd.decode_engines": dc})))
     return out
@@ -148,14 +146,13 @@ def _idle(exp: Experiment, d: Derived) -> list[Proposal]:
     if p.ownership != "disaggregated" or not p.engine_gpus or not d.idle_rollout_gpus or not d.engines:
         return []
     gpus = d.engines * p.engine_gpus
-    return [("idle", {"gpus": gpus, "engines": d.engines}, f"Use {gpus} rollout GPUs ({d.engines} whole engines)",
-             {"placement.rollout_gpus": gpus})]
+    return [("idle", text("repair.idle", gpus=gpus, engines=d.engines), {"placement.rollout_gpus": gpus})]
 
 
 def _nodes(exp: Experiment, d: Derived) -> list[Proposal]:
     if d.nodes_needed <= exp.placement.nodes:
         return []
-    return [("nodes", {"nodes": d.nodes_needed}, f"Declare {d.nodes_needed} nodes", {"placement.nodes": d.nodes_needed})]
+    return [("nodes", text("repair.nodes", nodes=d.nodes_needed), {"placement.nodes": d.nodes_needed})]
 
 
 def _parallel(exp: Experiment, d: Derived) -> list[Proposal]:
@@ -171,8 +168,7 @@ def _parallel(exp: Experiment, d: Derived) -> list[Proposal]:
                   "resources.pp_first_stage_layers": rp.pp_first_stage_layers, "resources.pp_last_stage_layers": rp.pp_last_stage_layers}
         unit = _train_unit(exp, rp.tp, rp.pp, rp.cp, rp.ep)
         if mine != theirs and p.train_gpus and p.train_gpus % unit == 0:
-            out.append(("par_recipe", {"tp": rp.tp, "pp": rp.pp, "cp": rp.cp, "ep": rp.ep},
-                        f"Use the {recipe.display_name} recipe's layout: TP {rp.tp} / PP {rp.pp} / CP {rp.cp} / EP {rp.ep}",
+            out.append(("par_recipe", text("repair.par_recipe", model=recipe.display_name, tp=rp.tp, pp=rp.pp, cp=rp.cp, ep=rp.ep),
                         {k: v for k, v in theirs.items() if mine[k] != v}))
     unit = _train_unit(exp, r.tp, r.pp, r.cp, r.ep)
     if not p.train_gpus or p.train_gpus % unit == 0:
@@ -181,8 +177,7 @@ def _parallel(exp: Experiment, d: Derived) -> list[Proposal]:
         nodes = _colocated_nodes(exp, max(p.train_gpus, unit), [unit, max(p.engine_gpus, 1)])
         if nodes is not None:
             pool = nodes * p.gpus_per_node
-            out.append(("par_pool_shared", {"gpus": pool, "nodes": nodes, "unit": unit},
-                        f"Grow the shared pool to {nodes} nodes ({pool} GPUs), a multiple of {unit} (the parallel layout)",
+            out.append(("par_pool_shared", text("repair.par_pool_shared", gpus=pool, nodes=nodes, unit=unit),
                         {"placement.nodes": nodes}))
         return out
     train = max(unit, (p.train_gpus // unit) * unit)
@@ -191,15 +186,13 @@ def _parallel(exp: Experiment, d: Derived) -> list[Proposal]:
         total = train + (p.rollout_gpus if p.ownership == "disaggregated" else 0)
         if total > p.nodes * p.gpus_per_node:
             values["placement.nodes"] = math.ceil(total / p.gpus_per_node)
-    out.append(("par_pool", {"gpus": train, "unit": unit},
-                f"Use {train} training GPUs, a multiple of {unit} (the parallel layout)", values))
+    out.append(("par_pool", text("repair.par_pool", gpus=train, unit=unit), values))
     return out
 
 
 def _colocated_async(exp: Experiment, d: Derived) -> list[Proposal]:
-    return [("col_split", {}, "Separate training and rollout pools (sized from the recipe's engine and parallel layout)",
-             {"placement.ownership": "disaggregated"}),
-            ("col_sync", {}, "Keep the shared pool and schedule synchronously", {"placement.scheduling": "sync"})]
+    return [("col_split", text("repair.col_split"), {"placement.ownership": "disaggregated"}),
+            ("col_sync", text("repair.col_sync"), {"placement.scheduling": "sync"})]
 
 
 def _async_steps(exp: Experiment, d: Derived) -> list[Proposal]:
@@ -207,8 +200,8 @@ def _async_steps(exp: Experiment, d: Derived) -> list[Proposal]:
     if not (exp.corrections.tis or exp.corrections.icepop):
         values["corrections.tis"] = True
     if len(values) > 1:
-        return [("async_one_step_tis", {}, "One optimizer step per rollout, with TIS", values)]
-    return [("async_one_step", {}, "One optimizer step per rollout", values)]
+        return [("async_one_step_tis", text("repair.async_one_step_tis"), values)]
+    return [("async_one_step", text("repair.one_step"), values)]
 
 
 _PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
@@ -218,9 +211,9 @@ _PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
     "PAR-1": _parallel,
     "PAR-2": _parallel,
     "LAB-ASY-STEPS": _async_steps,
-    "ASY-1": lambda e, d: [("tis", {}, "Turn on TIS", {"corrections.tis": True})],
-    "PRC-5": lambda e, d: [("tis", {}, "Turn on TIS", {"corrections.tis": True})],
-    "LAB-HYB-1": lambda e, d: [("state_fp32", {}, "Keep the recurrent state in float32", {"precision.recurrent_state_dtype": "float32"})],
+    "ASY-1": lambda e, d: [("tis", text("repair.tis"), {"corrections.tis": True})],
+    "PRC-5": lambda e, d: [("tis", text("repair.tis"), {"corrections.tis": True})],
+    "LAB-HYB-1": lambda e, d: [("state_fp32", text("repair.state_fp32"), {"precision.recurrent_state_dtype": "float32"})],
 }
 
 # The runtime's refusals (lab.runtime_verdict) that have a mechanical repair, by the refusal's
@@ -228,9 +221,9 @@ _PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
 _RUNTIME_PROPOSERS: list[tuple[str, str, Callable[[Experiment, Derived], list[Proposal]]]] = [
     ("args.async_colocate", "COL-1", _colocated_async),
     ("args.gbs_divides", "BAT-3",
-     lambda e, d: [("one_step", {}, "One optimizer step per rollout", {"task.num_steps_per_rollout": 1})]),
+     lambda e, d: [("one_step", text("repair.one_step"), {"task.num_steps_per_rollout": 1})]),
     ("args.one_sample_group", "BAT-6",
-     lambda e, d: [("eight_samples", {}, "Eight samples per prompt", {"task.n_samples_per_prompt": 8})]),
+     lambda e, d: [("eight_samples", text("repair.eight_samples"), {"task.n_samples_per_prompt": 8})]),
 ]
 
 
@@ -287,7 +280,7 @@ def propose_repairs(exp: Experiment) -> list[Repair]:
         rule, proposer = _proposer(finding)
         if proposer is None:
             continue
-        for kind, params, title, values in proposer(exp, d):
+        for kind, title, values in proposer(exp, d):
             rid = f"{rule}:{kind}"
             key = repr(sorted(values.items()))
             if rid in seen_ids or key in seen_values or NEVER_PROPOSED & set(values):
@@ -304,7 +297,8 @@ def propose_repairs(exp: Experiment) -> list[Repair]:
             seen_ids.add(rid)
             seen_values.add(key)
             after_d = derive(after.b)
-            out.append(Repair(id=rid, fixes=finding.id, finding=finding, kind=kind, params=params, title=title,
+            out.append(Repair(id=rid, fixes=finding.id, finding=finding, kind=kind, title_id=title.key,
+                              params=title.params, title=title.en(),
                               values=values, changes=after.undo[-1].changes, derived=after_d,
                               allocation=allocation(after.b, after_d), requires=requirements(after.b),
                               remaining=[f for f in after_findings if f.level == "error"]))
@@ -317,5 +311,5 @@ def apply_repair(ws: Workspace, repair_id: str) -> Workspace:
     Raises ChangeError when no current repair has this id (the page's preview is stale)."""
     for r in propose_repairs(ws.b):
         if r.id == repair_id:
-            return edit_many(ws, r.values, r.title)
+            return edit_many(ws, r.values, Text(key=r.title_id, params=r.params))
     raise ChangeError("action.id", key="error.repair_stale", params={"id": repr(repair_id)})

@@ -22,12 +22,13 @@ import difflib
 import math
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from lab.checks import CHECKS
 from lab.derive import ETP, Derived, derive  # noqa: F401  (re-exported: rules.derive is the contract)
 from lab.experiment import EXTRA_FLAGS_PATH, LEAF_FIELDS, Experiment, get_path, iter_field_paths, set_path
 from lab.findings import Finding
+from lab.messages import Text, render, text
 from lab.model_spec import ModelSpecError, spec_for_recipe
 from lab.recipes import Recipe, RecipeError, all_recipes, get_recipe
 
@@ -41,8 +42,6 @@ class ChangeError(ValueError):
     def __init__(self, field: str, message: str | None = None, key: str | None = None,
                  params: dict[str, Any] | None = None) -> None:
         if message is None:
-            from lab.messages import render
-
             message = render(key or "", params)
         super().__init__(f"{field}: {message}")
         self.field = field
@@ -55,7 +54,24 @@ class FieldChange(BaseModel):
     path: str
     old: Any = None
     new: Any = None
-    reason: str | None = Field(None, description="Why a dependent field changed with the user's change; null for the change itself.")
+    reason: str | None = Field(None, description="Why a dependent field changed with the user's change, in English "
+                                                 "(rendered from reason_id); null for the change itself.")
+    reason_id: str | None = Field(None, description="Catalogue key of the reason (lab/locales/messages.*.json), "
+                                                    "e.g. change.recipe.tp; null for the change itself.")
+    reason_params: dict[str, Any] = Field(default_factory=dict, description="str.format parameters of the reason.")
+
+    @model_validator(mode="after")
+    def _render_english(self) -> FieldChange:
+        if self.reason_id is not None and not self.reason:
+            self.reason = render(self.reason_id, self.reason_params, "en")
+        return self
+
+    @classmethod
+    def because(cls, path: str, old: Any, new: Any, why: Text | None) -> FieldChange:
+        """A change whose reason is the catalogue text `why` (None: the user's own change)."""
+        if why is None:
+            return cls(path=path, old=old, new=new)
+        return cls(path=path, old=old, new=new, reason_id=why.key, reason_params=why.params)
 
 
 
@@ -144,7 +160,7 @@ def _train_unit(data: dict[str, Any], recipe: Recipe | None) -> int:
     return unit
 
 
-def split_pools(data: dict[str, Any], recipe: Recipe | None) -> list[tuple[str, Any, str]]:
+def split_pools(data: dict[str, Any], recipe: Recipe | None) -> list[tuple[str, Any, Text]]:
     """Separate training and rollout pools: rollout from the engine size, training the rest.
 
     Adds nodes when nodes × gpus_per_node cannot hold one engine plus the smallest training pool.
@@ -156,12 +172,11 @@ def split_pools(data: dict[str, Any], recipe: Recipe | None) -> list[tuple[str, 
         return []
     unit = _train_unit(data, recipe)
     nodes = p["nodes"]
-    out: list[tuple[str, Any, str]] = []
+    out: list[tuple[str, Any, Text]] = []
     if nodes * gpn - engine < unit:
         need = math.ceil((unit + engine) / gpn)
         out.append(("placement.nodes", need,
-                    f"{nodes} × {gpn} GPUs cannot hold one {engine}-GPU rollout engine plus the smallest training "
-                    f"pool of {unit} GPUs (TP·PP·CP, and EP·PP for MoE), so the layout grows to {need} nodes."))
+                    text("change.split.nodes", nodes=nodes, gpn=gpn, engine=engine, unit=unit, need=need)))
         nodes = need
     total = nodes * gpn
     t = data["task"]
@@ -171,15 +186,18 @@ def split_pools(data: dict[str, Any], recipe: Recipe | None) -> list[tuple[str, 
         k -= 1
     train = unit * k
     rollout = engine * ((total - train) // engine)
-    out.append(("placement.train_gpus", train,
-                f"Separate pools: the training pool gets {train} of {total} GPUs (DP {k} × {unit}, the parallel layout)."))
+    out.append(("placement.train_gpus", train, text("change.split.train", train=train, total=total, dp=k, unit=unit)))
     out.append(("placement.rollout_gpus", rollout,
-                f"Separate pools: the rollout pool gets {rollout} GPUs = {rollout // engine} whole {engine}-GPU engines."))
+                text("change.split.rollout", rollout=rollout, engines=rollout // engine, engine=engine)))
     return out
 
 
-def _recipe_values(recipe: Recipe, data: dict[str, Any]) -> list[tuple[str, Any, str]]:
-    why = f"from the {recipe.display_name} recipe"
+def _recipe_values(recipe: Recipe, data: dict[str, Any]) -> list[tuple[str, Any, Text]]:
+    name = recipe.display_name
+
+    def why(what: str, **params: Any) -> Text:
+        return text(f"change.recipe.{what}", recipe=name, **params)
+
     tr = recipe.training
     total = tr.nodes * tr.gpus_per_node
     if recipe.placement == "colocated":
@@ -188,75 +206,70 @@ def _recipe_values(recipe: Recipe, data: dict[str, Any]) -> list[tuple[str, Any,
         train = tr.train_gpus if tr.train_gpus is not None else total
         rollout = tr.rollout_gpus if tr.rollout_gpus is not None else 0
     eagle = recipe.rollout.eagle
+    eagle_on = bool(eagle and eagle.enabled)
     kind_dtype = "float32" if recipe.kind == "hybrid" else None
-    vals: list[tuple[str, Any, str]] = [
-        ("placement.ownership", recipe.placement, f"GPU ownership {why} ({recipe.placement})."),
-        ("placement.nodes", tr.nodes, f"Training nodes {why}."),
-        ("placement.gpus_per_node", tr.gpus_per_node, f"GPUs per node {why}."),
-        ("placement.train_gpus", train, f"Training pool {why}."),
-        ("placement.rollout_gpus", rollout, f"Rollout pool {why}."),
-        ("placement.engine_gpus", recipe.rollout.engine_gpus, f"Rollout engine size {why}."),
-        ("resources.tp", recipe.parallel.tp, f"Tensor parallel size {why}."),
-        ("resources.pp", recipe.parallel.pp, f"Pipeline parallel size {why}."),
-        ("resources.cp", recipe.parallel.cp, f"Context parallel size {why}."),
-        ("resources.ep", recipe.parallel.ep, f"Expert parallel size {why}."),
-        ("resources.pp_first_stage_layers", recipe.parallel.pp_first_stage_layers, f"Pipeline layout {why}."),
-        ("resources.pp_last_stage_layers", recipe.parallel.pp_last_stage_layers, f"Pipeline layout {why}."),
-        ("resources.cpu_adam", recipe.cpu_adam, f"CPU Adam {why}."),
-        ("resources.recompute", recipe.recompute, f"Activation recomputation {why}."),
-        ("resources.max_tokens_per_gpu", recipe.max_tokens_per_gpu, f"Token budget per GPU {why}."),
-        ("task.rollout_batch_size", recipe.rollout_batch_size, f"Rollout batch size {why}."),
-        ("task.n_samples_per_prompt", recipe.n_samples_per_prompt, f"Samples per prompt {why}."),
-        ("rollout.max_response_len", recipe.max_response_len, f"Response-token limit {why}."),
-        ("serving.eagle.enabled", bool(eagle and eagle.enabled),
-         f"EAGLE speculative decoding {'on' if eagle and eagle.enabled else 'off'} {why}."),
-        ("corrections.tis", recipe.rollout.tis, f"TIS {'on' if recipe.rollout.tis else 'off'} {why}."),
-        ("serving.mem_fraction_static", recipe.rollout.mem_fraction_static, f"SGLang static memory fraction {why}."),
+    vals: list[tuple[str, Any, Text]] = [
+        ("placement.ownership", recipe.placement, why("ownership", ownership=recipe.placement)),
+        ("placement.nodes", tr.nodes, why("nodes")),
+        ("placement.gpus_per_node", tr.gpus_per_node, why("gpus_per_node")),
+        ("placement.train_gpus", train, why("train_gpus")),
+        ("placement.rollout_gpus", rollout, why("rollout_gpus")),
+        ("placement.engine_gpus", recipe.rollout.engine_gpus, why("engine_gpus")),
+        ("resources.tp", recipe.parallel.tp, why("tp")),
+        ("resources.pp", recipe.parallel.pp, why("pp")),
+        ("resources.cp", recipe.parallel.cp, why("cp")),
+        ("resources.ep", recipe.parallel.ep, why("ep")),
+        ("resources.pp_first_stage_layers", recipe.parallel.pp_first_stage_layers, why("pp_layers")),
+        ("resources.pp_last_stage_layers", recipe.parallel.pp_last_stage_layers, why("pp_layers")),
+        ("resources.cpu_adam", recipe.cpu_adam, why("cpu_adam")),
+        ("resources.recompute", recipe.recompute, why("recompute")),
+        ("resources.max_tokens_per_gpu", recipe.max_tokens_per_gpu, why("max_tokens_per_gpu")),
+        ("task.rollout_batch_size", recipe.rollout_batch_size, why("rollout_batch_size")),
+        ("task.n_samples_per_prompt", recipe.n_samples_per_prompt, why("n_samples_per_prompt")),
+        ("rollout.max_response_len", recipe.max_response_len, why("max_response_len")),
+        ("serving.eagle.enabled", eagle_on, why("eagle_on" if eagle_on else "eagle_off")),
+        ("corrections.tis", recipe.rollout.tis, why("tis_on" if recipe.rollout.tis else "tis_off")),
+        ("serving.mem_fraction_static", recipe.rollout.mem_fraction_static, why("mem_fraction_static")),
         ("precision.recurrent_state_dtype", kind_dtype,
-         "A hybrid model keeps a recurrent (GDN) state that needs its own dtype; float32 is the safe default."
-         if kind_dtype else f"{recipe.display_name} has no recurrent state."),
+         text("change.recipe.hybrid_state") if kind_dtype else why("no_state")),
     ]
     vals += [
-        ("task.num_rollout", recipe.num_rollout, f"Run length {why} ({recipe.num_rollout} rollouts)."),
-        ("paths.save_interval", recipe.save_interval, f"Checkpoint interval {why}."),
+        ("task.num_rollout", recipe.num_rollout, why("num_rollout", n=recipe.num_rollout)),
+        ("paths.save_interval", recipe.save_interval, why("save_interval")),
     ]
     if recipe.evaluation is not None:
         ev = recipe.evaluation
-        vals += [
-            ("evaluation.enabled", True, f"Held-out evaluation {why} ({ev.name})."),
-            ("evaluation.name", ev.name, f"Held-out evaluation {why} ({ev.name})."),
-            ("evaluation.interval", ev.interval, f"Held-out evaluation {why} ({ev.name})."),
-            ("evaluation.n_samples", ev.n_samples, f"Held-out evaluation {why} ({ev.name})."),
-        ]
+        vals += [(f"evaluation.{f}", v, why("evaluation", name=ev.name))
+                 for f, v in (("enabled", True), ("name", ev.name), ("interval", ev.interval), ("n_samples", ev.n_samples))]
     if recipe.rm_type is not None:
-        vals.append(("task.rm_type", recipe.rm_type, f"Reward {why} (the model's answers are graded with {recipe.rm_type})."))
+        vals.append(("task.rm_type", recipe.rm_type, why("rm_type", rm_type=recipe.rm_type)))
     if eagle is not None:
         vals += [
-            ("serving.eagle.head", eagle.head, f"EAGLE draft head {why}."),
-            ("serving.eagle.steps", eagle.steps, f"EAGLE draft depth {why}."),
-            ("serving.eagle.topk", eagle.topk, f"EAGLE top-k {why}."),
-            ("serving.eagle.draft_tokens", eagle.draft_tokens, f"EAGLE draft tokens {why}."),
+            ("serving.eagle.head", eagle.head, why("eagle_head")),
+            ("serving.eagle.steps", eagle.steps, why("eagle_steps")),
+            ("serving.eagle.topk", eagle.topk, why("eagle_topk")),
+            ("serving.eagle.draft_tokens", eagle.draft_tokens, why("eagle_draft_tokens")),
         ]
     return vals
 
 
-def _default_paths(old_recipe: Recipe | None, recipe: Recipe, old: Experiment) -> list[tuple[str, Any, str]]:
+def _default_paths(old_recipe: Recipe | None, recipe: Recipe, old: Experiment) -> list[tuple[str, Any, Text]]:
     """Private paths that still hold the previous recipe's default follow the new recipe's default.
 
     A path the user edited is never replaced: paths belong to the user, not to the model.
     """
     old_data = old.model_dump(mode="json")
-    out: list[tuple[str, Any, str]] = []
+    out: list[tuple[str, Any, Text]] = []
     for path in sorted(set(recipe.default_paths) | set(old_recipe.default_paths if old_recipe else {})):
         field_default = _FIELD_INFO[path].get_default(call_default_factory=True)
         was = (old_recipe.default_paths.get(path, field_default) if old_recipe else field_default)
         new = recipe.default_paths.get(path, field_default)
         if get_path(old_data, path) == was and new != was:
-            out.append((path, new, f"Default path of the {recipe.display_name} recipe (you had not edited it)."))
+            out.append((path, new, text("change.recipe.default_path", recipe=recipe.display_name)))
     return out
 
 
-def _dependents(path: str, value: Any, data: dict[str, Any], old: Experiment) -> list[tuple[str, Any, str]]:
+def _dependents(path: str, value: Any, data: dict[str, Any], old: Experiment) -> list[tuple[str, Any, Text]]:
     """Fields that change together with `path`, as (path, value, reason), applied in order."""
     p = data["placement"]
     if path == "model.recipe":
@@ -265,27 +278,21 @@ def _dependents(path: str, value: Any, data: dict[str, Any], old: Experiment) ->
         for dep_path, dep_value, _ in deps:
             set_path(data, dep_path, dep_value)
         if p["scheduling"] == "async" and p["ownership"] == "colocated":
-            deps.append(("placement.ownership", "disaggregated",
-                         "You chose fully async; it cannot share one GPU pool (COL-1), so the recipe's colocated "
-                         "layout becomes separate training and rollout pools."))
+            deps.append(("placement.ownership", "disaggregated", text("change.async_recipe")))
             set_path(data, "placement.ownership", "disaggregated")
             deps += split_pools(data, recipe)
         return deps
     recipe = _safe_recipe(data["model"]["recipe"])
     if path == "placement.scheduling" and value == "async" and p["ownership"] == "colocated":
         set_path(data, "placement.ownership", "disaggregated")
-        return [("placement.ownership", "disaggregated",
-                 "Fully async keeps generation in flight while training runs, so rollout and training need "
-                 "separate GPU pools (a shared pool is rejected by the async driver, COL-1).")] + split_pools(data, recipe)
+        return [("placement.ownership", "disaggregated", text("change.async"))] + split_pools(data, recipe)
     if path == "placement.ownership" and value == "colocated":
         n = p["nodes"] * p["gpus_per_node"]
         deps = []
         if p["scheduling"] == "async":
-            deps.append(("placement.scheduling", "sync",
-                         "Colocated training and rollout alternate on one GPU pool, which only synchronous "
-                         "scheduling can do (the async driver rejects --colocate, COL-1)."))
-        deps += [("placement.train_gpus", n, f"Colocated: one pool of nodes × GPUs per node = {n} GPUs trains ..."),
-                 ("placement.rollout_gpus", n, f"... and the same {n} GPUs serve the rollout.")]
+            deps.append(("placement.scheduling", "sync", text("change.colocated.sync")))
+        deps += [("placement.train_gpus", n, text("change.colocated.train", n=n)),
+                 ("placement.rollout_gpus", n, text("change.colocated.rollout", n=n))]
         return deps
     if path == "placement.ownership" and value == "disaggregated" and old.placement.ownership == "colocated":
         if p["train_gpus"] + p["rollout_gpus"] > p["nodes"] * p["gpus_per_node"]:
@@ -293,11 +300,11 @@ def _dependents(path: str, value: Any, data: dict[str, Any], old: Experiment) ->
         return []
     if path in ("placement.nodes", "placement.gpus_per_node") and p["ownership"] == "colocated":
         n = p["nodes"] * p["gpus_per_node"]
-        return [("placement.train_gpus", n, f"Colocated: training uses all nodes × GPUs per node = {n} GPUs."),
-                ("placement.rollout_gpus", n, f"Colocated: rollout uses the same {n} GPUs.")]
+        return [("placement.train_gpus", n, text("change.colocated.nodes_train", n=n)),
+                ("placement.rollout_gpus", n, text("change.colocated.nodes_rollout", n=n))]
     if path in ("placement.train_gpus", "placement.rollout_gpus") and p["ownership"] == "colocated":
         other = "placement.rollout_gpus" if path == "placement.train_gpus" else "placement.train_gpus"
-        return [(other, value, "Colocated: training and rollout share one pool, so both counts are equal.")]
+        return [(other, value, text("change.colocated.equal"))]
     return []
 
 
@@ -324,7 +331,7 @@ def apply_change(exp: Experiment, path: str, value: Any) -> tuple[Experiment, li
     new = validated(data, path)
     changes = [FieldChange(path=path, old=get_path(old_data, path), new=value)]
     seen = {path}
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Text] = {}
     for dep_path, _, reason in deps:  # the last reason for a field wins (it set the final value)
         reasons[dep_path] = reason
     for dep_path, _, _ in deps:
@@ -333,7 +340,7 @@ def apply_change(exp: Experiment, path: str, value: Any) -> tuple[Experiment, li
         seen.add(dep_path)
         before, after = get_path(old_data, dep_path), get_path(data, dep_path)
         if before != after:
-            changes.append(FieldChange(path=dep_path, old=before, new=after, reason=reasons[dep_path]))
+            changes.append(FieldChange.because(dep_path, before, after, reasons[dep_path]))
     return new, changes
 
 

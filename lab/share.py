@@ -5,7 +5,7 @@ A link is `BASE#s=TOKEN`, TOKEN = base64url(zlib(JSON)) of an envelope `{"v": SH
 The payload is the experiment minus every field in `PRIVATE_FIELDS` (lab/experiment.py marks them;
 this module keeps no second list). The fragment never reaches a server. Decoding refuses a payload
 that contains a private field, so a hand-made link cannot overwrite the opener's paths.
-Opening a link = `workspace.apply_choices(ws, payload, "open share link")`: one undoable entry that
+Opening a link = `workspace.apply_choices(ws, payload, label.share)`: one undoable entry that
 keeps the opener's own paths.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from lab import safe_json
 from lab.experiment import PRIVATE_FIELDS, SCHEMA_VERSION, Experiment, get_path
+from lab.messages import text
 from lab.workspace import LEAF_ORDER, Workspace, apply_choices, flatten_choices
 
 SHARE_VERSION = 1
@@ -164,10 +165,10 @@ def open_share_link(ws: Workspace, link_or_token: str) -> Workspace:
     """
     if is_ab_link(link_or_token):
         a_choices, b_choices = decode_ab_link(link_or_token)
-        a_side = apply_choices(Workspace(b=ws.b), a_choices, "open share link (A)").b
-        opened = apply_choices(ws, b_choices, "open share link (B)")
+        a_side = apply_choices(Workspace(b=ws.b), a_choices, text("label.share_a")).b
+        opened = apply_choices(ws, b_choices, text("label.share_b"))
         return opened.model_copy(update={"a": a_side})
-    return apply_choices(ws, decode_link(link_or_token), "open share link")
+    return apply_choices(ws, decode_link(link_or_token), text("label.share"))
 
 
 def checked_choices(link_or_token: str) -> dict[str, Any]:

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment, get_path, iter_field_paths, set_path
+from lab.messages import Text, render, text
 from lab.rules import ChangeError, FieldChange, apply_change, new_experiment, unknown_field_error, validated
 
 MAX_HISTORY = 200
@@ -34,8 +35,25 @@ _SECTIONS = frozenset(".".join(p.split(".")[:i]) for p in LEAF_FIELDS for i in r
 
 
 class HistoryEntry(BaseModel):
-    label: str
+    label: str = Field(description="English label (rendered from label_id), a field path, or the user's own label.")
+    label_id: str | None = Field(None, description="Catalogue key of the label (label.* or repair.*); null for a "
+                                                   "field path or a label the user wrote.")
+    label_params: dict[str, Any] = Field(default_factory=dict, description="str.format parameters of the label.")
     changes: list[FieldChange]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _render_english(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("label_id") and not data.get("label"):
+            data = {**data, "label": render(data["label_id"], data.get("label_params") or {}, "en")}
+        return data
+
+
+def _entry(label: str | Text, changes: list[FieldChange]) -> HistoryEntry:
+    """A history entry labelled with a catalogue text, or with a plain string (a field path, the user's own)."""
+    if isinstance(label, Text):
+        return HistoryEntry(label_id=label.key, label_params=label.params, changes=changes)
+    return HistoryEntry(label=label, changes=changes)
 
 
 class Workspace(BaseModel):
@@ -65,13 +83,18 @@ def _push(ws: Workspace, b: Experiment, entry: HistoryEntry) -> Workspace:
 
 def _merge(before: Experiment, after: Experiment, steps: list[list[FieldChange]], explicit: set[str]) -> list[FieldChange]:
     """One entry's changes: every field that differs between before and after, explicit fields first."""
-    reasons: dict[str, str | None] = {}
+    reasons: dict[str, FieldChange | None] = {}
     for changes in steps:
         for c in changes:
-            reasons[c.path] = None if c.path in explicit else c.reason
+            reasons[c.path] = None if c.path in explicit else c
     diff = _diff(before, after)
     diff.sort(key=lambda t: (t[0] not in explicit, LEAF_ORDER.index(t[0])))
-    return [FieldChange(path=p, old=o, new=n, reason=reasons.get(p)) for p, o, n in diff]
+    out = []
+    for p, o, n in diff:
+        why = reasons.get(p)
+        out.append(FieldChange(path=p, old=o, new=n) if why is None else
+                   why.model_copy(update={"old": o, "new": n}))
+    return out
 
 
 def _set_raw(exp: Experiment, values: list[tuple[str, Any]]) -> Experiment:
@@ -88,7 +111,7 @@ def edit(ws: Workspace, path: str, value: Any) -> Workspace:
     return _push(ws, b, HistoryEntry(label=path, changes=[c for c in changes if c.old != c.new]))
 
 
-def edit_many(ws: Workspace, values: dict[str, Any], label: str) -> Workspace:
+def edit_many(ws: Workspace, values: dict[str, Any], label: str | Text) -> Workspace:
     """Several field changes (with their dependents) as ONE undoable entry; the given values win."""
     for path in values:
         if path not in LEAF_FIELDS:
@@ -99,7 +122,7 @@ def edit_many(ws: Workspace, values: dict[str, Any], label: str) -> Workspace:
         b, changes = apply_change(b, path, value)
         steps.append(changes)
     b = _set_raw(b, ordered)  # a later dependent must not overwrite an explicitly given value
-    return _push(ws, b, HistoryEntry(label=label, changes=_merge(ws.b, b, steps, set(values))))
+    return _push(ws, b, _entry(label, _merge(ws.b, b, steps, set(values))))
 
 
 def flatten_choices(choices: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -120,7 +143,7 @@ def flatten_choices(choices: dict[str, Any], prefix: str = "") -> dict[str, Any]
     return out
 
 
-def apply_choices(ws: Workspace, choices: dict[str, Any], label: str) -> Workspace:
+def apply_choices(ws: Workspace, choices: dict[str, Any], label: str | Text) -> Workspace:
     """Apply a (possibly partial, nested) choices dict as ONE undoable entry (share links, Load JSON).
 
     Every value is checked before anything is applied; fields absent from `choices` keep their
@@ -133,7 +156,7 @@ def apply_choices(ws: Workspace, choices: dict[str, Any], label: str) -> Workspa
     return edit_many(ws, values, label)
 
 
-def replace_b(ws: Workspace, choices: dict[str, Any], label: str) -> Workspace:
+def replace_b(ws: Workspace, choices: dict[str, Any], label: str | Text) -> Workspace:
     """B becomes the file (Load JSON): its fields, the defaults of its recipe for the rest, the user's
     private fields unless the file has them. ONE undoable entry; a bad value raises before anything changes."""
     given = flatten_choices(choices)
@@ -169,9 +192,9 @@ def reset(ws: Workspace) -> Workspace:
     fresh = new_experiment()
     mine = leaf_values(ws.b)
     b = _set_raw(fresh, [(p, mine[p]) for p in LEAF_ORDER if p in PRIVATE_FIELDS])
-    changes = [FieldChange(path=p, old=o, new=n, reason=None if p == "model.recipe" else "reset to the defaults")
+    changes = [FieldChange.because(p, o, n, None if p == "model.recipe" else text("change.reset"))
                for p, o, n in _diff(ws.b, b)]
-    return _push(ws, b, HistoryEntry(label="reset", changes=changes))
+    return _push(ws, b, _entry(text("label.reset"), changes))
 
 
 # --- A / B ------------------------------------------------------------------------------------------
@@ -189,8 +212,8 @@ def restore_a(ws: Workspace) -> Workspace:
     """Replace B with A as one undoable entry; A itself stays."""
     if ws.a is None:
         raise ChangeError("a", key="error.no_a")
-    changes = [FieldChange(path=p, old=o, new=n, reason="restored from A") for p, o, n in _diff(ws.b, ws.a)]
-    return _push(ws, ws.a.model_copy(deep=True), HistoryEntry(label="restore A", changes=changes))
+    changes = [FieldChange.because(p, o, n, text("change.restored_a")) for p, o, n in _diff(ws.b, ws.a)]
+    return _push(ws, ws.a.model_copy(deep=True), _entry(text("label.restore_a"), changes))
 
 
 def ab_diff(ws: Workspace) -> list[dict[str, Any]]:

@@ -564,6 +564,16 @@ _R = declare("args", {
     "health_check": "--rollout-health-check-interval and --rollout-health-check-timeout must be > 0",
     "wandb": "--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl",
     # _algorithm_errors
+    "producers_min": "--num-rollout-producers {n}: at least 1 (1 is the rollout manager alone)",
+    "producers_sync": "--num-rollout-producers {n} with train.py: producers feed the fully async loop; run "
+                      "train_async.py, or drop the flag (train.py generates in the rollout manager)",
+    "producers_queue": "--num-rollout-producers {n} without --rollout-queue-dir: producers write every group durably "
+                       "into the straw queue; add --rollout-queue-dir DIR --rollout-queue-run-id ID",
+    "producers_dynamic": "--num-rollout-producers {n} with --over-sampling-batch-size / --dynamic-sampling-filter-path "
+                         "/ --partial-rollout: aborting and buffering span the whole rollout and run in the rollout "
+                         "manager; drop these flags or use --num-rollout-producers 1",
+    "producers_engines": "--num-rollout-producers {n} with {engines} rollout engine(s): at most one producer per "
+                         "engine group; use --num-rollout-producers {engines} or add engines (--rollout-num-gpus)",
     "critic_flags_unused": "{flags}: read by --advantage-estimator ppo only (the critic and GAE); drop them or use ppo",
     "gae_range": "--gamma {gamma} / --lambd {lambd}: both must lie in [0, 1]",
     "value_clip": "--value-clip {value_clip} must be > 0 (how far one update may move a value)",
@@ -874,25 +884,20 @@ def _producer_errors(cfg: Config) -> list[str]:
     if n is None:
         return []
     if n < 1:
-        return [f"--num-rollout-producers {n}: at least 1 (1 is the rollout manager alone)"]
+        return [_R("producers_min", n=n)]
     if n == 1:
         return []
     e: list[str] = []
     if not cfg.async_mode:
-        e.append(f"--num-rollout-producers {n} with train.py: producers feed the fully async loop; "
-                 f"run train_async.py, or drop the flag (train.py generates in the rollout manager)")
+        e.append(_R("producers_sync", n=n))
     if not r.queue_dir:
-        e.append(f"--num-rollout-producers {n} without --rollout-queue-dir: producers write every group durably "
-                 f"into the straw queue; add --rollout-queue-dir DIR --rollout-queue-run-id ID")
+        e.append(_R("producers_queue", n=n))
     if r.dynamic:
-        e.append(f"--num-rollout-producers {n} with --over-sampling-batch-size / --dynamic-sampling-filter-path / "
-                 f"--partial-rollout: aborting and buffering span the whole rollout and run in the rollout "
-                 f"manager; drop these flags or use --num-rollout-producers 1")
+        e.append(_R("producers_dynamic", n=n))
     c = cfg.cluster
     engines = c.num_engines if c.external or c.rollout_num_gpus_per_engine >= 1 else n  # else refused elsewhere
     if n > engines:
-        e.append(f"--num-rollout-producers {n} with {engines} rollout engine(s): at most one producer per engine "
-                 f"group; use --num-rollout-producers {engines} or add engines (--rollout-num-gpus)")
+        e.append(_R("producers_engines", n=n, engines=engines))
     return e
 
 

@@ -25,10 +25,13 @@ const controls = new Map(); // field path → element
 
 // --- locale ------------------------------------------------------------------------------------
 
+// The English locale comes with the page (a JSON data block); another is fetched once.
+const inlineJSON = (id) => JSON.parse(document.getElementById(id).textContent);
+
 async function loadLocale(lang) {
   if (!state.locs[lang]) {
-    const r = await fetch(`/static/locales/${lang}.json`);
-    state.locs[lang] = await r.json();
+    if (lang === "en") state.locs.en = inlineJSON("boot-locale");
+    else state.locs[lang] = await (await fetch(`/locales/${lang}.json`)).json();
   }
   return state.locs[lang];
 }
@@ -171,7 +174,7 @@ function draw(v) {
   if (changed("repairs", [v.repairs, v.derived, exp.placement])) drawRepairs(v.repairs, v);
   if (changed("image", v.image)) drawImage(v.image);
   if (changed("provenance", v.provenance)) drawProvenance(v.provenance);
-  drawHistory(v.workspace);
+  drawHistory(v.workspace, v.history_labels);
   state.rev += 1;
   document.body.dataset.rev = String(state.rev);
   document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));
@@ -294,7 +297,7 @@ function drawLastChange(entry) {
     void wrap.offsetWidth; // restart the animation
     wrap.classList.add("flash");
   }
-  if (entry.undone) { toast(tr("undone", { label: entryLabel(entry) })); return; }
+  if (entry.undone) { toast(tr("undone", { label: entryLabel(entry.label) })); return; }
   if (deps.length) toast(tr("changed_with", { list: deps.map((c) => fieldLabel(c.path)).join(", ") }));
 }
 
@@ -305,19 +308,18 @@ function drawRecipe(r) {
     (r.notes?.length ? `<ul>${r.notes.map((n) => `<li>${esc(n)}</li>`).join("")}</ul>` : "");
 }
 
-function entryLabel(e) {
-  if (!e) return "";
-  const known = { "Load JSON": "load_json", "restore A": "restore_a", "reset": "reset" }[e.label];
-  if (known) return tr(known);
-  return ui.loc?.fields?.[e.label] ? fieldLabel(e.label) : e.label;
+// A history label as the server rendered it in the page's language; a field path is named by the page.
+function entryLabel(label) {
+  if (!label) return "";
+  return ui.loc?.fields?.[label] ? fieldLabel(label) : label;
 }
 
-function drawHistory(ws) {
+function drawHistory(ws, labels) {
   const u = $("#undo"), r = $("#redo");
   u.disabled = !ws.undo.length;
   r.disabled = !ws.redo.length;
-  u.title = ws.undo.length ? tr("undo_title", { label: entryLabel(ws.undo[ws.undo.length - 1]) }) : "";
-  r.title = ws.redo.length ? tr("redo_title", { label: entryLabel(ws.redo[ws.redo.length - 1]) }) : "";
+  u.title = ws.undo.length ? tr("undo_title", { label: entryLabel(labels?.undo) }) : "";
+  r.title = ws.redo.length ? tr("redo_title", { label: entryLabel(labels?.redo) }) : "";
 }
 
 // --- events ------------------------------------------------------------------------------------
@@ -460,11 +462,15 @@ function selectTab(name) {
 
 async function init() {
   // Start the locale and the first API request at once, before the DOM is parsed (the module is
-  // async); draw when both are in and the DOM is ready.
+  // async); draw when both are in and the DOM is ready. A first visit in English needs neither:
+  // the page carries the English locale and the answer for a fresh workspace (lab/page.py).
   const boot = window.slimeBoot; // requests the page's inline script already started
   state.lang = boot ? boot.lang : (localStorage.getItem(LANG_KEY) === "zh" ? "zh" : "en");
-  if (boot) boot.locale.then((loc) => { state.locs[state.lang] = loc; }, () => {});
-  const locP = boot ? boot.locale.catch(() => loadLocale(state.lang)) : loadLocale(state.lang);
+  let locP = null;
+  if (state.lang !== "en") {
+    locP = boot?.locale ? boot.locale.catch(() => loadLocale(state.lang)) : loadLocale(state.lang);
+    locP.then((loc) => { state.locs[state.lang] = loc; }, () => {});
+  }
   let stored = null;
   if (boot) stored = boot.stored;
   else { try { stored = JSON.parse(localStorage.getItem(STORE_KEY) || "null"); } catch { stored = null; } }
@@ -475,15 +481,17 @@ async function init() {
     action = { type: "open_share", link: hash };
     history.replaceState(null, "", location.pathname + location.search); // the fragment has done its job
   }
-  const first = boot && action.type === "view" ? boot.first : request(action, stored);
+  const inline = boot?.inline && action.type === "view";
+  const first = inline ? null : boot?.first && action.type === "view" ? boot.first : request(action, stored);
   performance.mark("lab:init");
   if (document.readyState === "loading") await new Promise((r) => document.addEventListener("DOMContentLoaded", r, { once: true }));
   performance.mark("lab:dom");
   bindEvents();
   performance.mark("lab:bound");
-  ui.loc = await locP;
+  ui.loc = locP ? await locP : await loadLocale("en");
   if (state.lang !== "en") applyLocale();
-  const firstAnswer = await first;
+  // The page lacks the block only when the server could not compute it: then ask, as any visit does.
+  const firstAnswer = inline && $("#boot-view") ? { ok: true, data: inlineJSON("boot-view") } : await (first ?? request(action, stored));
   performance.mark("lab:data");
   let ok = receive(firstAnswer);
   performance.mark("lab:drawn");

@@ -1,7 +1,7 @@
 // Drawing of step 2 and step 4 regions from the API's answer: the GPU layout, derived numbers,
 // the memory estimate, run commands, the serving diagram and the parallelism diagrams' values.
 // Pure views: every number comes from POST /api/workspace.
-import { $, $$, esc, fmt, tr } from "./util.js";
+import { $, $$, esc, fmt, grouped, tr } from "./util.js";
 
 export function drawLayout(L) {
   const box = $("#layout");
@@ -57,7 +57,7 @@ export function drawMemory(m) {
   html += phase("training", m.training) + phase("rollout", m.rollout);
   html += `<p>${esc(tr("memory_capacity"))}: <b>${esc(fmt(m.gpu_memory_gib))} GiB</b> · ${esc(tr("memory_total"))}: <b>${esc(fmt(m.peak_gib))} GiB</b></p>`;
   if (m.host_optimizer_gib_per_gpu) html += `<p>${esc(tr("memory_host", { g: fmt(m.host_optimizer_gib_per_gpu) }))}</p>`;
-  if (m.kv_tokens_per_engine) html += `<p>${esc(tr("memory_kv", { t: m.kv_tokens_per_engine.toLocaleString() }))}</p>`;
+  if (m.kv_tokens_per_engine) html += `<p>${esc(tr("memory_kv", { t: grouped(m.kv_tokens_per_engine) }))}</p>`;
   if (m.state_pool_gib > 0) html += cachePools(m);
   const excl = m.exclusions || [];
   if (excl.length) html += `<p class="note"><b>${esc(tr("memory_excluded"))}:</b></p><ul class="note excl">${excl.map((x) => `<li>${esc(x)}</li>`).join("")}</ul>`;

@@ -21,6 +21,10 @@ export function esc(s) {
   return String(s).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
 }
 
+// 1234567 → "1,234,567" (both locales group by thousands). Not toLocaleString: its first call loads
+// the ICU number data, which cost the first draw tens of milliseconds.
+export const grouped = (n) => String(n).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+
 export function fmt(v) {
   if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(1);
   if (Array.isArray(v)) return v.map(fmt).join(", ");

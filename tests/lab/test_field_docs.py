@@ -27,3 +27,27 @@ def test_every_experiment_field_has_a_description():
 def test_descriptions_are_sentences_not_placeholders():
     short = [p for p, info in iter_field_paths() if len((info.description or "").strip()) < 8]
     assert short == []
+
+
+def test_english_field_help_is_the_field_description_and_en_json_keeps_no_copy():
+    """One source: the page's English help of a field is its description in lab/experiment.py."""
+    from lab.page import load_locale, page_locale
+
+    assert [p for p, f in load_locale("en")["fields"].items() if "help" in f] == []
+    en = page_locale("en")["fields"]
+    assert {p: en[p]["help"] for p, _ in iter_field_paths()} == {p: info.description for p, info in iter_field_paths()}
+    zh = page_locale("zh")["fields"]
+    assert [p for p, _ in iter_field_paths() if not zh[p].get("help", "").strip()] == []  # translated, not copied
+    assert all(zh[p]["help"] != en[p]["help"] for p, _ in iter_field_paths())
+
+
+def test_the_page_and_its_locale_route_show_the_description_as_help():
+    from fastapi.testclient import TestClient
+
+    from lab.app import create_app
+
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
+    info = dict(iter_field_paths())["advanced.extra_flags"]
+    assert client.get("/locales/en.json").json()["fields"]["advanced.extra_flags"]["help"] == info.description
+    html = client.get("/").text
+    assert f'data-part="help">{info.description.replace(chr(39), "&#39;")}</small>' in html

@@ -1,0 +1,59 @@
+"""First load: a first English visit draws from the page itself (no request beyond the page, its
+modules and stylesheet); a stored workspace or another language asks the server as before."""
+from __future__ import annotations
+
+import re
+
+from conftest import act, assert_clean, wait_ready
+
+
+def _asked(page, part: str) -> list[str]:
+    return [u for u in page.lab.requests if part in u]
+
+
+def test_a_first_visit_draws_without_asking_the_api(new_page):
+    page = new_page()
+    assert _asked(page, "/api/") == [] and _asked(page, "/locales/") == []
+    assert page.text_content('details.preview[data-file="experiment.sh"] pre').startswith("#!/usr/bin/env bash")
+    assert page.locator("#memory table.mem").count() == 2 and page.locator("#undo").is_disabled()
+    act(page, lambda: page.select_option('[data-field="placement.ownership"]', "colocated"))  # then the API, as always
+    assert len(_asked(page, "/api/workspace")) == 1 and "--colocate" in page.text_content("#previews")
+    assert_clean(page)
+
+
+def test_a_returning_visit_asks_the_api_for_its_stored_workspace(new_page):
+    page = new_page()
+    act(page, lambda: page.select_option('[data-field="placement.ownership"]', "colocated"))
+    page.reload()
+    wait_ready(page)
+    assert page.input_value('[data-field="placement.ownership"]') == "colocated"
+    assert len(_asked(page, "/api/workspace")) == 2 and page.locator("#undo").is_enabled()
+    assert_clean(page)
+
+
+def test_a_chinese_visit_fetches_its_locale_and_a_chinese_answer(new_page):
+    page = new_page(lang="zh")
+    assert len(_asked(page, "/locales/zh.json")) == 1 and len(_asked(page, "/api/workspace")) == 1
+    assert page.locator("#undo").inner_text() == "撤销"
+    assert "权重" in page.text_content("#memory")  # memory item names rendered from their keys in Chinese
+    act(page, lambda: page.select_option('[data-field="placement.ownership"]', "colocated"))
+    act(page, lambda: page.click("#reset"))
+    assert "重置" in page.get_attribute("#undo", "title")  # the history label, rendered by the server from its key
+    assert_clean(page)
+
+
+def test_a_page_without_its_first_answer_asks_the_api(new_page):
+    page = new_page(None)
+
+    def strip(route):
+        r = route.fetch()
+        body = re.sub(r'<script type="application/json" id="boot-view">.*?</script>', "", r.text(), flags=re.DOTALL)
+        route.fulfill(response=r, body=body, headers={k: v for k, v in r.headers.items()
+                                                      if k.lower() not in ("content-encoding", "content-length")})
+
+    page.route(page.lab.origin + "/", strip)
+    page.goto(page.lab.origin + "/")
+    wait_ready(page)
+    assert len(_asked(page, "/api/workspace")) == 1
+    assert page.text_content('details.preview[data-file="experiment.sh"] pre').startswith("#!/usr/bin/env bash")
+    assert_clean(page)

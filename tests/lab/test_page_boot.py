@@ -1,0 +1,72 @@
+"""The page carries its first draw: the English locale and the API's answer for a fresh workspace
+as JSON data blocks, served gzipped with an ETag, under a CSP that allows only the hashed boot script."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lab.app import create_app
+from lab.page import inline_script_hashes, page_locale, render_page
+
+
+@pytest.fixture(scope="module")
+def client():
+    return TestClient(create_app(), base_url="http://127.0.0.1")
+
+
+def _block(html: str, name: str):
+    m = re.search(rf'<script type="application/json" id="{name}">(.*?)</script>', html, flags=re.DOTALL)
+    assert m, name
+    return json.loads(m.group(1))
+
+
+def test_the_page_carries_the_english_locale_and_the_fresh_view(client):
+    html = render_page()
+    assert _block(html, "boot-locale") == page_locale("en")
+    answer = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}, "lang": "en"}).json()
+    assert _block(html, "boot-view") == answer  # what the first request would have answered
+
+
+def test_no_text_in_a_data_block_can_close_it():
+    html = render_page()
+    for name in ("boot-locale", "boot-view"):
+        body = re.search(rf'id="{name}">(.*?)</script>', html, flags=re.DOTALL).group(1)
+        assert "<" not in body, name  # escaped as \u003c, so "</script>" in a text cannot end the block
+
+
+def test_only_the_boot_script_is_inline_and_it_is_hashed(client):
+    html = render_page()
+    assert len(re.findall(r"<script>", html)) == 1 and len(inline_script_hashes()) == 1
+    csp = client.get("/").headers["content-security-policy"]
+    assert f"'{inline_script_hashes()[0]}'" in csp and "unsafe-inline" not in csp
+
+
+def test_the_page_is_gzipped_and_revalidated_by_etag(client):
+    r = client.get("/", headers={"accept-encoding": "gzip"})
+    assert r.headers["content-encoding"] == "gzip" and r.text == render_page()
+    assert int(r.headers["content-length"]) < len(render_page().encode()) / 3
+    assert client.get("/", headers={"if-none-match": r.headers["etag"]}).status_code == 304
+    plain = client.get("/", headers={"accept-encoding": "identity"})
+    assert "content-encoding" not in plain.headers and plain.text == render_page()
+
+
+def test_locales_are_served_by_language_and_nothing_else(client):
+    assert client.get("/locales/zh.json").json() == page_locale("zh")
+    r = client.get("/locales/en.json")
+    assert r.json() == page_locale("en") and client.get("/locales/en.json", headers={"if-none-match": r.headers["etag"]}).status_code == 304
+    assert client.get("/locales/fr.json").status_code == 404
+    assert client.get("/locales/..%2Fapp.json").status_code == 404
+
+
+def test_a_page_whose_first_answer_cannot_be_computed_is_still_served(monkeypatch):
+    import lab.api_workspace
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no view")
+
+    monkeypatch.setattr(lab.api_workspace, "view", broken)
+    html = render_page.__wrapped__()
+    assert 'id="boot-view"' not in html and 'id="boot-locale"' in html  # the page asks the API instead
