@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_lab_load import EDITS  # noqa: E402  (the load test's edits: one definition)
+from bench_lab_load import EDITS  # the load test's edits: one definition
 
 
 def _route(body: bytes) -> bytes:
@@ -80,11 +80,14 @@ def main() -> int:
     ap.add_argument("--history", type=int, default=200)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab_edit.json"))
     args = ap.parse_args()
+    load_at_start = os.getloadavg()
     result = {
         "edits": args.edits,
         "repeat": measure("repeat", args.edits, args.history),
         "new": measure("new", args.edits, args.history),
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(), "load_avg_at_start": os.getloadavg()[0]},
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                    "load_avg_at_start": [round(x, 2) for x in load_at_start],
+                    "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
     }
     print(json.dumps(result, indent=2))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

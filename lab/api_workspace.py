@@ -311,7 +311,7 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
 # the workspace; undo, redo and toggles come back to earlier states), so the last few are kept.
 # Bounded: the server's memory stays flat however many experiments it sees. The answers are JSON
 # values shared between requests: nothing downstream may modify them (`localized` copies).
-_SHOWN: Memo[dict[str, Any]] = Memo(64)
+_SHOWN: Memo[dict[str, Any]] = Memo(128)
 _FINDINGS: Memo[list[Any]] = Memo(64)
 _TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
 
