@@ -8,7 +8,8 @@ connection, sending edits (`POST /api/workspace`, one field changed per request,
 with its growing undo history sent back each time, as the page does) until `--requests` answers
 have come back in all, or `--max-seconds` have passed. Reports requests/s, latency p50/p90/p99/max,
 errors, the server's CPU time per request (utime + stime: what one request costs, however busy
-the machine is), and its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak.
+the machine is), its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak, and
+the machine's load averages (1, 5, 15 min) when the run started and when it ended.
 Goal: edit p99 ≤ 100 ms at 20 clients on 2 cores, with RSS flat. Exit 1 on any error, any request
 slower than --hang-seconds, or when the time bound cut the run short.
 """
@@ -130,6 +131,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab_load.json"))
     args = ap.parse_args()
 
+    load_at_start = os.getloadavg()  # other jobs on the machine: the figures mean little without it
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen([sys.executable, "-m", "lab.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
@@ -189,7 +191,8 @@ def main() -> int:
         "rss_mib": {"after_warmup": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(max(peak), 1),
                     "quartiles": [round(peak[min(len(peak) - 1, len(peak) * q // 4)], 1) for q in range(1, 5)]},
         "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                    "load_avg_at_start": os.getloadavg()[0]},
+                    "load_avg_at_start": [round(x, 2) for x in load_at_start],
+                    "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
     }
     print(json.dumps(result, indent=2))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,9 @@ as comments, the shell header):
 - `not_recorded` (+ `not_recorded_ids`, the page's locale keys): what is NOT known, explicitly.
 
 Fast: file hashes are cached per (path, mtime, size); the git state (one `git status` call) is
-cached until GIT_TTL_S passes or a watched mtime changes (.git/index, .git/HEAD and the hashed
-source files), so a burst of renders costs one git call and an edited recipe is seen at once.
+read again at once when a watched mtime changes (.git/index, .git/HEAD and the hashed source files),
+and in the background once GIT_TTL_S has passed (the expired state is answered meanwhile), so a
+burst of renders costs one git call, an edited recipe is seen at once and no answer waits for git.
 """
 from __future__ import annotations
 
@@ -90,14 +91,35 @@ def _watch_key(extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     return (mtime(REPO_ROOT / ".git" / "index"), mtime(REPO_ROOT / ".git" / "HEAD")) + extra
 
 
+_refreshing = False  # a background refresh of an expired state is running
+
+
+def _refresh(key: tuple[Any, ...]) -> None:
+    global _git_cache, _refreshing
+    try:
+        state, changed = _read_git_state()
+        with _git_lock:
+            if _git_cache is not None and _git_cache[1] == key:  # not reset or replaced meanwhile
+                _git_cache = (time.monotonic(), key, state, changed)
+    finally:
+        with _git_lock:
+            _refreshing = False
+
+
 def _git(extra_key: tuple[Any, ...] = ()) -> tuple[dict[str, Any], frozenset[str]]:
-    global _git_cache
+    """The git state: read now when none is cached or a watched mtime changed; when it has only
+    expired, the cached one is answered and a refresh starts in the background, so the server's
+    answers never wait for `git status` (tens to hundreds of ms on a busy machine) to change nothing."""
+    global _git_cache, _refreshing
     now = time.monotonic()
     key = _watch_key(extra_key)
     with _git_lock:
-        if _git_cache is None or now - _git_cache[0] > GIT_TTL_S or _git_cache[1] != key:
+        if _git_cache is None or _git_cache[1] != key:
             state, changed = _read_git_state()
             _git_cache = (now, key, state, changed)
+        elif now - _git_cache[0] > GIT_TTL_S and not _refreshing:
+            _refreshing = True
+            threading.Thread(target=_refresh, args=(key,), name="git-state", daemon=True).start()
         return dict(_git_cache[2]), _git_cache[3]
 
 

@@ -265,14 +265,15 @@ def allocation(exp: Experiment, d: Derived) -> dict[str, int]:
     return out
 
 
-def propose_repairs(exp: Experiment) -> list[Repair]:
+def propose_repairs(exp: Experiment, d: Derived | None = None, findings: list[Finding] | None = None) -> list[Repair]:
     """Previews for the current findings that have a mechanical repair (none is applied).
 
     A proposal is kept only if it changes something, sets no private machine field and makes the
-    finding it targets go away (the same finding, same message, must not remain)."""
-    d = derive(exp)
+    finding it targets go away (the same finding, same message, must not remain). `d` and
+    `findings`, when given, must be `derive(exp)` and `validate(exp)` (passed on, not recomputed)."""
+    d = derive(exp) if d is None else d
     ws = Workspace(b=exp)
-    findings = validate(exp)
+    findings = validate(exp) if findings is None else findings
     out: list[Repair] = []
     seen_ids: set[str] = set()
     seen_values: set[str] = set()
@@ -291,12 +292,12 @@ def propose_repairs(exp: Experiment) -> list[Repair]:
                 continue
             if not after.undo:  # changes nothing
                 continue
-            after_findings = validate(after.b)
+            after_d = derive(after.b)
+            after_findings = validate(after.b, after_d)
             if any(f.id == finding.id and f.message == finding.message for f in after_findings):
                 continue
             seen_ids.add(rid)
             seen_values.add(key)
-            after_d = derive(after.b)
             out.append(Repair(id=rid, fixes=finding.id, finding=finding, kind=kind, title_id=title.key,
                               params=title.params, title=title.en(),
                               values=values, changes=after.undo[-1].changes, derived=after_d,

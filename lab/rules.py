@@ -346,8 +346,8 @@ def apply_change(exp: Experiment, path: str, value: Any) -> tuple[Experiment, li
 
 # --- validation -----------------------------------------------------------------------------------
 
-def validate(exp: Experiment) -> list[Finding]:
-    """Every incompatibility of `exp` as findings, errors first."""
+def validate(exp: Experiment, d: Derived | None = None) -> list[Finding]:
+    """Every incompatibility of `exp` as findings, errors first. `d`: `derive(exp)` when the caller has it."""
     try:
         recipe = get_recipe(exp.model.recipe)
     except RecipeError as exc:
@@ -357,7 +357,7 @@ def validate(exp: Experiment) -> list[Finding]:
     except ModelSpecError as exc:
         return [Finding.of("LAB-MODEL-2", "error", ["model.recipe"], error=str(exc), spec=recipe.model_spec)]
     order = {"error": 0, "warning": 1, "info": 2}
-    d = derive(exp)
+    d = derive(exp) if d is None else d
     found: list[Finding] = []
     for check in CHECKS:
         found.extend(check(exp, recipe, spec, d))

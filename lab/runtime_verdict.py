@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections import OrderedDict
 from functools import lru_cache
 from typing import Any
 
 from lab.experiment import EXTRA_FLAGS_PATH, FIELD_FLAGS, Experiment, fields_of_flag
 from lab.findings import Finding
+from lab.memo import Memo
 from lab.messages import DEFAULT_LANG, catalogue, ref
 from lab.recipes import REPO_ROOT, Recipe, get_recipe
 from lab.render import context as ctx
@@ -82,24 +82,8 @@ def server_groups(exp: Experiment, recipe: Recipe) -> list[dict[str, Any]] | Non
     return ctx.sglang_groups(exp, recipe, exp.placement.train_gpus)
 
 
-class _Memo:
-    """A small LRU keyed by the experiment's JSON; the value is computed from the object at hand."""
-
-    def __init__(self, size: int = 128) -> None:
-        self.size, self.data = size, OrderedDict()
-
-    def get(self, key: str, compute):
-        if key in self.data:
-            self.data.move_to_end(key)
-            return self.data[key]
-        value = self.data[key] = compute()
-        if len(self.data) > self.size:
-            self.data.popitem(last=False)
-        return value
-
-
-_JUDGED = _Memo()
-_FOUND = _Memo()
+_JUDGED: Memo[Any] = Memo()  # keyed by the experiment's JSON
+_FOUND: Memo[tuple[Finding, ...]] = Memo()
 
 
 def judge(exp: Experiment, recipe: Recipe | None = None):

@@ -111,14 +111,34 @@ def check_tree(data: Any, max_depth: int = MAX_DEPTH) -> None:
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included (unrolled: fast)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_DELTA = {"[": 1, "{": 1, "]": -1, "}": -1}
+_STRING = re.compile(rb'"[^"]*"')  # a string once all but quotes and brackets are gone
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'[]{}"')
+_DELTA = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+# What the number hooks below look for: a run of 21+ digits (a huge integer, or a float that may
+# overflow), a 3+-digit exponent after a digit (1e999), or NaN / Infinity. Text without any of them
+# parses to the same values without the hooks, which cost a Python call per number. Searched as
+# fixed strings once every digit reads 0, E reads e and - reads + (a regular expression takes
+# longer than the parse).
+_NUMBER_SHAPE = bytes.maketrans(b"123456789E-", b"000000000e+")
+_ODD_MARKS = (b"0" * 21, b"NaN", b"Infinity", b"0e000", b"0e+000")
 
 
-def _max_depth(text: str) -> int:
-    """The deepest nesting of `text`, counted over its brackets outside strings (C-level loops only)."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+def _odd_numbers(data: bytes) -> bool:
+    """Whether `data` may hold a number the hooks refuse (never False when it does)."""
+    shape = data.translate(_NUMBER_SHAPE)
+    return any(mark in shape for mark in _ODD_MARKS)
+
+
+def _max_depth(text: str | bytes) -> int:
+    """The deepest nesting of a JSON document that parses, counted over its brackets outside strings
+    (C-level loops only; ASCII bytes never occur inside a UTF-8 multi-byte character)."""
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    if b"\\" in data:  # escaped backslashes, then escaped quotes: what is left of an escape is dropped below
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    skeleton = data.translate(None, _NOT_STRUCTURE)
+    brackets = skeleton.replace(b'""', b"")  # strings without brackets, the usual case
+    if b'"' in brackets:  # a string holds a bracket: pair the quotes properly
+        brackets = _STRING.sub(b"", skeleton)
     return max(accumulate(map(_DELTA.__getitem__, brackets)), default=0)
 
 
@@ -128,6 +148,7 @@ def loads(raw: str | bytes, max_bytes: int | None = None, max_depth: int = MAX_D
         size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
         if size > max_bytes:
             raise JSONInputError("input.too_large", {"size": size, "limit": max_bytes})
+    raw_bytes = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogatepass")
     if isinstance(raw, bytes):
         try:
             raw = raw.decode("utf-8")
@@ -151,8 +172,9 @@ def loads(raw: str | bytes, max_bytes: int | None = None, max_depth: int = MAX_D
         odd.append(True)
         return _NonFinite(text)
 
+    hooks = {"parse_int": parse_int, "parse_float": parse_float, "parse_constant": parse_constant}
     try:
-        data = json.loads(raw, parse_int=parse_int, parse_float=parse_float, parse_constant=parse_constant)
+        data = json.loads(raw, **(hooks if _odd_numbers(raw_bytes) else {}))
     except json.JSONDecodeError as exc:
         why = JSON_WHY.get(exc.msg)
         raise JSONInputError("input.not_json", {"line": exc.lineno, "col": exc.colno,
@@ -161,7 +183,7 @@ def loads(raw: str | bytes, max_bytes: int | None = None, max_depth: int = MAX_D
         raise JSONInputError("input.too_deep", {"limit": max_depth}) from None
     # The walk that names the place runs only when a cheap test over the text finds something: the
     # common, well-formed body is not walked node by node.
-    if odd or _SURROGATE_ESCAPE.search(raw) or _max_depth(raw) > max_depth:
+    if odd or _SURROGATE_ESCAPE.search(raw) or _max_depth(raw_bytes) > max_depth:
         check_tree(data, max_depth)
     return data
 

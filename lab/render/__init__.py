@@ -120,12 +120,15 @@ def experiment_json(exp: Experiment, findings: list[Any], derived: Any, prov: di
     return pretty_json(doc) + "\n"
 
 
-def render_all(exp: Experiment) -> dict[str, str]:
-    """Every file of this experiment, name -> content."""
+def render_all(exp: Experiment, findings: list[Any] | None = None, derived: Any = None,
+               prov: dict[str, Any] | None = None) -> dict[str, str]:
+    """Every file of this experiment, name -> content. `findings`, `derived` and `prov`, when given,
+    must be `rules.validate(exp)`, `rules.derive(exp)` and the provenance record of exp's recipe and
+    image (a caller that has them already passes them, so they are not computed twice)."""
     recipe = get_recipe(exp.model.recipe)
-    findings = rules.validate(exp)
-    derived = rules.derive(exp)
-    prov = provenance(recipe, exp.install.image)
+    findings = rules.validate(exp) if findings is None else findings
+    derived = rules.derive(exp) if derived is None else derived
+    prov = provenance(recipe, exp.install.image) if prov is None else prov
     c = build_context(exp, findings, derived, prov)
     files = {
         EXPERIMENT_SH: template("experiment.sh.j2").render(**c),

@@ -8,6 +8,8 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,24 @@ def test_a_scratch_checkout_reports_the_edited_recipe_hash_and_the_dirty_flag(tm
     assert rec["sha256"] == sha256sum(recipe) != clean["prov"]["sources"]["recipe"]["sha256"] and rec["modified"] is True
     assert dirty["prov"]["sources"]["model_spec"]["modified"] is False
     assert f"at commit {commit} (dirty)" in dirty["head"] and rec["sha256"] in dirty["head"]
+
+
+def test_an_expired_git_state_is_answered_at_once_and_refreshed_in_the_background(monkeypatch):
+    calls = []
+    real = P._run_git
+    monkeypatch.setattr(P, "_run_git", lambda *a: calls.append(a) or real(*a))
+    P.reset_cache()
+    recipe = get_recipe("glm4-9b")
+    first = P.provenance(recipe, "x")["checkout"]
+    statuses = sum(1 for c in calls if c[0] == "status")
+    with P._git_lock:  # age the cached state past its time to live
+        P._git_cache = (P._git_cache[0] - P.GIT_TTL_S - 1, *P._git_cache[1:])
+    threads_before = {t.ident for t in threading.enumerate()}
+    assert P.provenance(recipe, "x")["checkout"] == first  # the cached state, without waiting for git
+    refresher = [t for t in threading.enumerate() if t.name == "git-state" and t.ident not in threads_before]
+    for t in refresher:
+        t.join(30)
+    assert sum(1 for c in calls if c[0] == "status") == statuses + 1  # one refresh, in the background
+    assert time.monotonic() - P._git_cache[0] < P.GIT_TTL_S  # and the cache is fresh again
+    assert P.provenance(recipe, "x")["checkout"] == P.git_state()
+    P.reset_cache()

@@ -1,0 +1,99 @@
+"""CPU time of one lab edit, one client, in-process: what the server computes per `POST /api/workspace`.
+
+    python bench/bench_lab_edit.py [--edits 300] [--history 200] [--out FILE]
+
+Runs the route's own steps on the request bytes a page sends (the body reader `lab.safe_json.loads`,
+`WorkspaceRequest` validation, `check_workspace`, `_answer` and the encoded answer), without HTTP,
+threads or other clients, so the figure is the cost of one answer whatever else runs on the machine
+(CPU time of this process, not wall time). Two streams of edits, each after `--history` edits of
+warm-up so the undo history sent back is as long as the load test's:
+
+- `repeat`: the load test's edits (bench/bench_lab_load.py), which come back to experiments already
+  seen, as a user going back and forth does;
+- `new`: every edit makes an experiment not seen before (`task.num_rollout` counts up), so nothing
+  computed for an earlier experiment can be reused.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_lab_load import EDITS  # the load test's edits: one definition
+
+
+def _route(body: bytes) -> bytes:
+    """What the server does for one request body, up to the answer's bytes."""
+    from lab import api_workspace as api
+    from lab.safe_json import loads
+
+    req = api.WorkspaceRequest.model_validate(loads(body))
+    ws = req.workspace if req.workspace is not None else api.Workspace()
+    api.check_workspace(ws, req.lang)
+    answer = api._answer(ws, req)
+    assert answer.status_code == 200, answer.body[:300]
+    return bytes(answer.body)
+
+
+def _body(ws: dict | None, action: dict) -> bytes:
+    return json.dumps({"workspace": ws, "action": action}).encode()
+
+
+def _stream(kind: str, k: int) -> tuple[str, object]:
+    if kind == "new":
+        return "task.num_rollout", 1000 + k
+    field, values = EDITS[k % len(EDITS)]
+    return field, values[(k // len(EDITS)) % len(values)]
+
+
+def measure(kind: str, edits: int, history: int) -> dict[str, float]:
+    ws = json.loads(_route(_body(None, {"type": "view"})))["workspace"]
+    k = 0
+    for _ in range(history):
+        field, value = _stream(kind, k)
+        k += 1
+        ws = json.loads(_route(_body(ws, {"type": "edit", "path": field, "value": value})))["workspace"]
+    cpu = 0.0
+    for _ in range(edits):
+        field, value = _stream(kind, k)
+        k += 1
+        body = _body(ws, {"type": "edit", "path": field, "value": value})  # the client's part: not counted
+        t = time.process_time()
+        answer = _route(body)
+        cpu += time.process_time() - t
+        ws = json.loads(answer)["workspace"]
+    return {"cpu_ms_per_edit": round(1000 * cpu / edits, 2), "history": len(ws["undo"]), "body_bytes": len(body),
+            "answer_bytes": len(answer)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--edits", type=int, default=300)
+    ap.add_argument("--history", type=int, default=200)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab_edit.json"))
+    args = ap.parse_args()
+    load_at_start = os.getloadavg()
+    result = {
+        "edits": args.edits,
+        "repeat": measure("repeat", args.edits, args.history),
+        "new": measure("new", args.edits, args.history),
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                    "load_avg_at_start": [round(x, 2) for x in load_at_start],
+                    "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
+    }
+    print(json.dumps(result, indent=2))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

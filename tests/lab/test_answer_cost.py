@@ -1,0 +1,188 @@
+"""What makes an edit's answer cheap changes nothing in it: each part is computed once and passed on,
+an experiment seen before is answered from a bounded memory, and the body reader's shortcuts
+refuse exactly what its full walk refuses."""
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import threading
+
+import pytest
+from fastapi.testclient import TestClient
+
+from lab import api_workspace as api
+from lab import rules, safe_json
+from lab.app import create_app
+from lab.memo import Memo
+from lab.render import render_all
+from lab.repair import propose_repairs
+from lab.workspace import Workspace, edit, edit_many
+
+
+def _reference_depth(text: str) -> int:
+    """Nesting depth by walking the text character by character (the slow, obvious way)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _random_doc(rng: random.Random, level: int = 0):
+    pieces = ["[", "]", "{", "}", '"', "\\", "a", " ", "é", "\n", '\\"', "\\\\", "𝛑"]
+    r = rng.random()
+    if level > 6 or r < 0.3:
+        return "".join(rng.choice(pieces) for _ in range(rng.randint(0, 8)))
+    if r < 0.6:
+        return [_random_doc(rng, level + 1) for _ in range(rng.randint(0, 4))]
+    return {_random_doc(rng, 7): _random_doc(rng, level + 1) for _ in range(rng.randint(0, 4))}
+
+
+def test_the_depth_check_counts_only_brackets_outside_strings_whatever_the_strings_hold():
+    rng = random.Random(7)
+    for _ in range(3000):
+        doc = _random_doc(rng)
+        for text in (json.dumps(doc), json.dumps(doc, ensure_ascii=False), json.dumps(doc, indent=1)):
+            assert safe_json._max_depth(text) == _reference_depth(text), text
+            assert safe_json._max_depth(text.encode()) == _reference_depth(text), text
+            assert safe_json.loads(text) == doc
+
+
+def test_deep_nesting_is_still_refused_when_strings_are_full_of_brackets():
+    deep = "[" * 40 + '"]]]]\\"]]"' + "]" * 40
+    with pytest.raises(safe_json.JSONInputError) as exc:
+        safe_json.loads(deep)
+    assert exc.value.key == "input.too_deep"
+    shallow = json.dumps({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[" * 3})
+    assert safe_json.loads(shallow) == json.loads(shallow)
+
+
+_ODD_NUMBER = re.compile(rb"[0-9]{21}|[0-9][eE][+-]?[0-9]{3}|NaN|Infinity")
+
+
+def test_the_number_hooks_are_skipped_only_where_no_number_could_need_them():
+    rng = random.Random(3)
+    alphabet = b"0123456789eE+-.aNIfinty \"[]"
+    for _ in range(50_000):
+        text = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert safe_json._odd_numbers(text) == bool(_ODD_NUMBER.search(text)), text
+
+
+@pytest.mark.parametrize("text, key", [
+    ('{"x": "aime-2024", "n": 1e999}', "input.non_finite"),
+    ('{"x": "/data/aime-2024.jsonl", "n": -1E+400}', "input.non_finite"),
+    ('[1, 2, 123456789012345678901]', "input.big_int"),
+    ('{"t": NaN}', "input.non_finite"),
+    ('{"t": -Infinity}', "input.non_finite"),
+])
+def test_numbers_json_cannot_hold_are_refused_next_to_strings_that_look_like_numbers(text, key):
+    with pytest.raises(safe_json.JSONInputError) as exc:
+        safe_json.loads(text)
+    assert exc.value.key == key
+
+
+def test_strings_that_look_like_numbers_are_read_as_they_are():
+    doc = {"path": "/data/aime-2024/aime-2024.jsonl", "id": "123456789012345678901234", "s": "NaN Infinity 1e999",
+           "n": [12345678901234567890, -1.5e-300, 2.5e99]}
+    assert safe_json.loads(json.dumps(doc)) == doc
+
+
+def _exp_with_repairs():
+    ws = edit(Workspace(), "model.recipe", "glm5.3")
+    return edit_many(ws, {"placement.train_gpus": 12, "placement.rollout_gpus": 12}, "t").b
+
+
+@pytest.mark.parametrize("make", [lambda: Workspace().b, _exp_with_repairs,
+                                  lambda: edit(Workspace(), "placement.ownership", "external").b])
+def test_each_part_computed_once_equals_the_part_computed_on_its_own(make):
+    exp = make()
+    prov = api._provenance(exp)
+    shown = api._compute_experiment_view(exp, prov)
+    assert shown["findings"] == api._dump(rules.validate(exp))
+    assert shown["derived"] == api._dump(rules.derive(exp))
+    assert shown["files"] == render_all(exp)
+    assert shown["repairs"] == api._dump(propose_repairs(exp))
+    assert render_all(exp, rules.validate(exp), rules.derive(exp), prov) == render_all(exp)
+
+
+def test_a_remembered_answer_equals_one_computed_afresh():
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
+    ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    ws = client.post("/api/workspace", json={"workspace": ws, "action": {"type": "save_a"}}).json()["workspace"]
+    body = {"workspace": ws, "action": {"type": "edit", "path": "placement.train_gpus", "value": 12}}
+    remembered = client.post("/api/workspace", json=body)
+    remembered = client.post("/api/workspace", json=body)  # the second one comes from the memory
+    api._SHOWN.clear()
+    api._FINDINGS.clear()
+    fresh = client.post("/api/workspace", json=body)
+    assert remembered.status_code == fresh.status_code == 200
+    assert remembered.json() == fresh.json()
+    assert remembered.json()["repairs"] and remembered.json()["a_findings"] is not None
+
+
+def test_the_remembered_answers_stay_bounded_however_many_experiments_come():
+    ws = Workspace()
+    for n in range(api._SHOWN.size + 20):
+        api.view(edit(ws, "task.num_rollout", 5000 + n))
+    assert len(api._SHOWN) == api._SHOWN.size
+
+
+def test_a_changed_source_or_template_is_not_answered_from_memory(tmp_path):
+    exp = Workspace().b
+    prov = api._provenance(exp)
+    key = api._sources_key(prov)
+    changed = json.loads(json.dumps(prov))
+    changed["sources"]["model_spec"]["sha256"] = "0" * 64
+    assert api._sources_key(changed) != key
+    template = next(api._TEMPLATES.iterdir())
+    st = template.stat()
+    try:
+        os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+        assert api._sources_key(prov) != key
+    finally:
+        os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert api._sources_key(prov) == key
+
+
+def test_the_encoded_answer_holds_the_same_values_as_json_dumps():
+    v = api.view(edit(Workspace(), "rollout.temperature", 0.7))
+    v["probe"] = {"tiny": 1e-06, "text": "é\u2028<script>", "big": 2**62}
+    assert json.loads(api.AnswerResponse(v).body) == json.loads(json.dumps(v))
+
+
+def test_the_memo_keeps_the_latest_entries_under_concurrent_use():
+    memo: Memo[int] = Memo(16)
+    errors: list[BaseException] = []
+
+    def use(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            for _ in range(2000):
+                k = rng.randint(0, 40)
+                assert memo.get(k, lambda k=k: k * k) == k * k
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=use, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(memo) <= 16
+    memo.get("new", lambda: 1)
+    assert memo.get("new", lambda: 2) == 1  # a remembered value is not recomputed
