@@ -26,14 +26,8 @@ finish() {
   fi
 }
 trap finish EXIT
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "installing the carried wheels failed" >&2; exit 3; }
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:${PYTHONPATH}}" PATH="/tmp/site/bin:$PATH"
-  export MEGATRON_PATH=/tmp/site  # experiment.sh puts it on the job's PYTHONPATH (runtime env)
-fi
-export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$OUT_DIR/steps.log"; }
+# shellcheck source=tools/gpu_env.sh
+source tools/gpu_env.sh
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c 'import sys, torch, transformers, ray, megatron.core as m; print("python", sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__, "ray", ray.__version__, "megatron-core", m.__version__)'

@@ -28,15 +28,8 @@ finish() {
   fi
 }
 trap finish EXIT
-if compgen -G ".whl/*.whl" >/dev/null && [[ ! -d /tmp/site/ray ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "installing the carried wheels failed" >&2; exit 3; }
-fi
-if [[ -d /tmp/site ]]; then
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:${PYTHONPATH}}" PATH="/tmp/site/bin:$PATH" MEGATRON_PATH=/tmp/site
-fi
-export PYTHONUNBUFFERED=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
-log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" | tee -a "$OUT_DIR/steps.log"; }
+# shellcheck source=tools/gpu_env.sh
+source tools/gpu_env.sh
 
 WORK=runs/tiny-gpu
 SPEC=bench/shapes/dense-3b-tinyvocab.sh
