@@ -68,7 +68,10 @@ def test_over_sampling_keeps_exactly_rbs_groups_and_drops_the_rest_without_parti
 
 def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
     core = stack["core"]
-    core.step_delay_s = 0.02
+    # Decoding slower than scoring (0.05 s a step against 0.25 s a group): the second kept group is
+    # scored while later rows still queue or decode, so the abort always has work in flight. At
+    # 0.02 s a step the engine could finish every row first (seen once in CI).
+    core.step_delay_s = 0.05
     core.batcher.max_running = 2  # a small engine: rows queue, so some are still running at the abort
     core.weight_version = "0"
     m = _manager(tiny, stack, over_sampling_batch_size=6, partial_rollout=True,
