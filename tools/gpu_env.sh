@@ -1,7 +1,21 @@
 # shellcheck shell=bash
-# Sourced by tools/run_gpu_loop.sh and tools/run_gpu_mfu_loop.sh (from the checkout root, with
-# OUT_DIR set): installs the wheel set carried in .whl/ (tools/build_device_wheels.py) into
-# /tmp/site once, puts it first on PYTHONPATH and PATH, and defines `log`. Nothing is fetched.
+# Sourced by tools/run_gpu_loop.sh and tools/run_gpu_mfu_loop.sh from the checkout root, with
+# OUT_DIR (runs/NAME, emptied here) and SUMMARY (a file in it) set: on exit the Ray head the script
+# started is stopped (RAY_STARTED=1) and, where $OUT is set (the GPU machine's return folder),
+# OUT_DIR is packed there as NAME.tgz with SUMMARY beside it. Installs the wheel set carried in
+# .whl/ (tools/build_device_wheels.py) into /tmp/site once, puts it first on PYTHONPATH and PATH,
+# and defines `log`. Nothing is fetched.
+rm -rf "$OUT_DIR"
+mkdir -p "$OUT_DIR"
+RAY_STARTED=0
+finish() {
+  if (( RAY_STARTED )); then ray stop --force >/dev/null 2>&1; fi
+  if [[ -n "${OUT:-}" ]]; then
+    tar czf "$OUT/$(basename "$OUT_DIR").tgz" -C "$(dirname "$OUT_DIR")" "$(basename "$OUT_DIR")"
+    cp "$OUT_DIR/$SUMMARY" "$OUT/" 2>/dev/null || true
+  fi
+}
+trap finish EXIT
 if compgen -G ".whl/*.whl" >/dev/null && [[ ! -d /tmp/site/ray ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || { echo "installing the carried wheels failed" >&2; exit 3; }

@@ -15,17 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT_DIR=runs/gpu-loop
-rm -rf "$OUT_DIR"
-mkdir -p "$OUT_DIR"
-RAY_STARTED=0
-finish() {
-  if (( RAY_STARTED )); then ray stop --force >/dev/null 2>&1; fi
-  if [[ -n "${OUT:-}" ]]; then
-    tar czf "$OUT/gpu-loop.tgz" -C runs gpu-loop
-    cp "$OUT_DIR/summary.json" "$OUT/" 2>/dev/null || true
-  fi
-}
-trap finish EXIT
+SUMMARY=summary.json
 # shellcheck source=tools/gpu_env.sh
 source tools/gpu_env.sh
 {

@@ -17,17 +17,7 @@ cd "$(dirname "$0")/.." || exit 2
 DIGITS=${1:-500}
 ROLLOUTS=${2:-5}
 OUT_DIR=runs/gpu-mfu
-rm -rf "$OUT_DIR"
-mkdir -p "$OUT_DIR"
-RAY_STARTED=0
-finish() {
-  if (( RAY_STARTED )); then ray stop --force >/dev/null 2>&1; fi
-  if [[ -n "${OUT:-}" ]]; then
-    tar czf "$OUT/gpu-mfu.tgz" -C runs gpu-mfu
-    cp "$OUT_DIR/mfu_summary.json" "$OUT/" 2>/dev/null || true
-  fi
-}
-trap finish EXIT
+SUMMARY=mfu_summary.json
 # shellcheck source=tools/gpu_env.sh
 source tools/gpu_env.sh
 
