@@ -130,3 +130,12 @@ def test_hostile_values_stay_literal_in_the_entrypoint():
     _validate(job)
     script = shlex.split(shlex.split(job["spec"]["entrypoint"])[2])
     assert script[script.index("--save") + 1] == hostile.replace("\n", "")
+
+
+def test_a_checkpoint_to_resume_from_reaches_the_rayjob_entrypoint():
+    exp = new_experiment("glm4-9b")
+    fresh = shlex.split(shlex.split(_job(exp)["spec"]["entrypoint"])[2])
+    assert "--load" not in fresh
+    exp = apply_change(exp, "paths.load", "/ck/my run")[0]
+    train = shlex.split(shlex.split(_job(exp)["spec"]["entrypoint"])[2])
+    assert train[train.index("--load") + 1] == "/ck/my run"
