@@ -97,7 +97,9 @@ def test_disaggregated_broadcast_sync_and_engine_killed_mid_rollout_loses_no_sam
         assert rt.sync.transport == "broadcast" and rt.sync.backend == "gloo"
         assert all(d <= 1e-4 for d in rt.sync.last_check.values()) and len(rt.sync.last_check) == 2
         victim = rt.engines[0]
-        ray.get([h.actor.set_step_delay.remote(0.2) for h in rt.engines])
+        # The victim decodes so slowly that a request it holds cannot finish before the kill lands
+        # (at 0.2 s a step it once finished first, and nothing was left to retry).
+        ray.get([victim.actor.set_step_delay.remote(3.0), rt.engines[1].actor.set_step_delay.remote(0.2)])
         fut = rt.generate_async(0)
         admin = RouterAdmin(rt.router_url)
         deadline = time.monotonic() + 30
