@@ -6,7 +6,7 @@ Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
      "files", "ab_diff", "share_link", "last_change", "history_labels", "repairs", "provenance",
-     "image", "folded", "diagrams", "placement_plan"}
+     "image", "folded", "diagrams", "placement_plan", "placement_lines"}
 
 Texts are keys with parameters until this edge: `localized` renders findings, change reasons,
 repair titles, history labels and memory names in the request's language (lab/messages.py).
@@ -294,6 +294,7 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "memory": shown["memory"],
         "layout": shown["layout"],
         "placement_plan": shown["placement_plan"],
+        "placement_lines": shown["placement_lines"],
         "commands": shown["commands"],
         "files": shown["files"],
         "render_error": shown["render_error"],
@@ -343,6 +344,8 @@ def _compute_experiment_view(exp: Experiment, prov: dict[str, Any] | None) -> di
     found = rules.validate(exp, derived)
     findings = _dump(found)
     files, render_error = _files(exp, found, derived, prov)
+    from lab.runtime_verdict import placement_lines
+
     plan = _placement_plan(exp)
     recipe = _recipe_info(exp)
     return {
@@ -351,6 +354,7 @@ def _compute_experiment_view(exp: Experiment, prov: dict[str, Any] | None) -> di
         "memory": _memory(exp),
         "layout": _layout(exp, plan),
         "placement_plan": plan,
+        "placement_lines": placement_lines(plan),
         "commands": _commands(exp, derived),
         "files": files,
         "render_error": render_error,

@@ -194,7 +194,15 @@ def placement(exp: Experiment) -> list[dict[str, Any]]:
     if result.cfg is None and exp.advanced.extra_flags:  # unreadable extra flags: the plan of the rest
         result = judge(exp.model_copy(update={"advanced": exp.advanced.model_copy(update={"extra_flags": ""})}))
     return [{"role": s.role, "index": s.index, "node": s.node, "gpus": list(s.gpus), "nodes": list(s.nodes),
-             "address": s.address, "where": s.where()} for s in result.plan]
+             "address": s.address, "beside": s.beside, "where": s.where()} for s in result.plan]
 
 
-__all__ = ["runtime_argv", "runtime_findings", "judge", "placement", "advanced_flags"]
+def placement_lines(plan: list[dict[str, Any]]) -> list[str]:
+    """The plan as `experiment.sh check` prints it (slime.ray.placement.format_plan)."""
+    from slime.ray.placement import Slot, format_plan
+
+    return format_plan([Slot(s["role"], s["index"], s["node"], tuple(s["gpus"]), tuple(s["nodes"]), s["address"],
+                             s["beside"]) for s in plan])
+
+
+__all__ = ["runtime_argv", "runtime_findings", "judge", "placement", "placement_lines", "advanced_flags"]

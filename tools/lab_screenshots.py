@@ -77,6 +77,8 @@ def main(out: Path) -> None:
                     page.goto(url + "/")
                     page.wait_for_selector("body[data-ready='1']")
                     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+                    # The sticky top bar would cover a diagram taller than the viewport in its picture.
+                    page.evaluate("document.querySelector('header.top').style.position = 'static'")
                     for diagram, sel in DIAGRAMS.items():
                         if diagram in ("tp", "pp", "ep", "cp", "zero"):
                             page.click(f"#tab-{diagram}")

@@ -159,7 +159,7 @@ function draw(v) {
   if (changed("folded", v.folded)) drawFolded(v.folded || []);
   if (changed("findings", v.findings)) drawFindings(v.findings);
   if (changed("layout", v.layout)) drawLayout(v.layout);
-  if (changed("plan", v.placement_plan)) drawPlan(v.placement_plan || []);
+  if (changed("plan", v.placement_lines)) drawPlan(v.placement_lines || []);
   if (changed("derived", v.derived)) drawDerived(v.derived);
   if (changed("memory", v.memory)) drawMemory(v.memory);
   if (changed("commands", v.commands)) drawCommands(v.commands);
@@ -186,13 +186,9 @@ function drawFolded(paths) {
   for (const wrap of $$("[data-field-wrap]")) wrap.hidden = folded.has(wrap.dataset.fieldWrap);
 }
 
-// The runtime's Ray placement plan, the same lines `experiment.sh check` prints.
-function drawPlan(plan) {
-  const names = { trainer: "trainer rank", engine: "rollout engine", prefill: "prefill engine",
-                  decode: "decode engine", router: "router", external: "external engine",
-                  producer: "straw producer" };
-  $("#placement-plan").textContent = plan.map((s) =>
-    `${(s.role === "router" ? names.router : `${names[s.role]} ${s.index}`).padEnd(20)} ${s.where}`).join("\n");
+// The runtime's Ray placement plan: the lines `experiment.sh check` prints, from the same function.
+function drawPlan(lines) {
+  $("#placement-plan").textContent = lines.join("\n");
 }
 
 function valueToControl(el, v) {

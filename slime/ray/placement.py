@@ -153,9 +153,16 @@ class Slot:
             return "CPU actor, no GPU (Ray picks the node)"
         if not self.gpus:
             return f"node {self.node}, CPU bundle"
-        gpus = ",".join(str(g) for g in self.gpus)
-        span = f" (spans nodes {','.join(str(n) for n in self.nodes)})" if len(self.nodes) > 1 else ""
-        return f"node {self.node} GPU {gpus}{span}"
+        if len(self.nodes) > 1:  # a wide engine takes whole nodes (RES-4 refuses a part of one)
+            return f"nodes {self.nodes[0]}-{self.nodes[-1]}, GPU {_gpu_list(self.gpus)} of each"
+        return f"node {self.node} GPU {_gpu_list(self.gpus)}"
+
+
+def _gpu_list(gpus: tuple[int, ...]) -> str:
+    """`0-7` for a contiguous run of three or more, else `0,1` / `2,5`."""
+    if len(gpus) > 2 and list(gpus) == list(range(gpus[0], gpus[0] + len(gpus))):
+        return f"{gpus[0]}-{gpus[-1]}"
+    return ",".join(str(g) for g in gpus)
 
 
 def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[str] | None = None,
@@ -210,10 +217,44 @@ def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[st
     return slots
 
 
+_NAMES = {"trainer": ("trainer rank", "trainer ranks"), "engine": ("rollout engine", "rollout engines"),
+          "prefill": ("prefill engine", "prefill engines"), "decode": ("decode engine", "decode engines"),
+          "router": ("router", "router"), "external": ("external engine", "external engines"),
+          "producer": ("straw producer", "straw producers")}
+
+
+def _continues(run: list[Slot], s: Slot) -> bool:
+    """`s` extends `run`: same role, next index, same node, the next GPUs, the same width."""
+    last = run[-1]
+    return (s.role == last.role and s.role in ("trainer", "engine", "prefill", "decode")
+            and s.index == last.index + 1 and s.node is not None and s.node == last.node
+            and len(s.nodes) <= 1 and len(last.nodes) <= 1 and len(s.gpus) == len(last.gpus)
+            and (not s.gpus or s.gpus[0] == last.gpus[-1] + 1))  # no GPUs: CPU bundles on one node
+
+
 def format_plan(slots: list[Slot]) -> list[str]:
-    """One line per actor, e.g. `trainer rank 3   node 0 GPU 3`."""
-    names = {"trainer": "trainer rank", "engine": "rollout engine", "prefill": "prefill engine",
-             "decode": "decode engine", "router": "router", "external": "external engine",
-             "producer": "straw producer"}
-    return [f"{names[s.role] + ' ' + str(s.index) if s.role != 'router' else 'router':<20} {s.where()}"
-            for s in slots]
+    """One line per actor (`trainer rank 3   node 0 GPU 3`), consecutive actors of one role on one
+    node folded into one line (`trainer ranks 0-7   node 0 GPU 0-7`): a 16-node plan stays readable,
+    in `check` and on the page alike."""
+    runs: list[list[Slot]] = []
+    for s in slots:
+        if runs and _continues(runs[-1], s):
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    lines = []
+    for run in runs:
+        first, last = run[0], run[-1]
+        one, many = _NAMES[first.role]
+        if first.role == "router":
+            head, where = one, first.where()
+        elif len(run) == 1:
+            head, where = f"{one} {first.index}", first.where()
+        else:
+            width = len(first.gpus)
+            each = f" ({width} GPUs each)" if width > 1 else ""
+            head = f"{many} {first.index}-{last.index}"
+            where = (f"node {first.node} GPU {first.gpus[0]}-{last.gpus[-1]}{each}" if width
+                     else f"node {first.node}, a CPU bundle each")
+        lines.append(f"{head:<22} {where}")
+    return lines

@@ -18,7 +18,7 @@ def test_a_launch_script_loads_as_b_against_its_recipe_and_the_plan_shows_its_en
     assert page.locator("#restore-a").is_enabled()  # A is the recipe, B the script
     assert "serving.pd.enabled" in page.locator("#ab-diff").inner_html() or page.locator("#ab-diff").text_content().strip()
     plan = page.locator("#placement-plan").text_content()
-    assert "trainer rank 63" in plan and "prefill engine 0" in plan and "decode engine" in plan and "router" in plan
+    assert "trainer ranks 56-63" in plan and "prefill engine 0" in plan and "decode engine" in plan and "router" in plan
     assert_clean(page)
 
 

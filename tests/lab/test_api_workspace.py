@@ -15,7 +15,7 @@ from lab.recipes import all_recipes
 
 KEYS = {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands", "files",
         "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change", "history_labels",
-        "repairs", "provenance", "image", "folded", "diagrams", "placement_plan"}
+        "repairs", "provenance", "image", "folded", "diagrams", "placement_plan", "placement_lines"}
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 

@@ -120,17 +120,18 @@ def test_check_passes_when_every_input_is_present(tmp_path):
 
 
 def test_check_prints_the_ray_placement_plan_of_glm47_on_8_nodes(tmp_path):
-    from lab.runtime_verdict import placement
+    from lab.runtime_verdict import placement, placement_lines
 
     script = make_repo(tmp_path, "glm4.7", **{"placement__nodes": 8})
     out = run(script, "check")
     lab_plan = placement(_exp("glm4.7", placement__nodes=8))
-    for slot in lab_plan:  # the page's Placement step shows the same plan, from the same function
-        label = {"trainer": "trainer rank", "engine": "rollout engine", "prefill": "prefill engine",
-                 "decode": "decode engine", "router": "router", "external": "external engine"}[slot["role"]]
-        head = label if slot["role"] == "router" else f"{label} {slot['index']}"
-        assert f"{head:<20} {slot['where']}" in out.stdout, head
+    lines = placement_lines(lab_plan)  # the page's Placement step shows these lines, from the same function
+    printed = [line.strip() for line in out.stdout.splitlines()]
+    assert all(line.strip() in printed for line in lines), out.stdout
     assert sum(s["role"] == "trainer" for s in lab_plan) == 64
+    # 64 trainer ranks on 8 nodes read as one line per node, not 64 lines
+    assert [line for line in lines if line.startswith("trainer ranks")] == [
+        f"trainer ranks {8 * n}-{8 * n + 7}".ljust(22) + f" node {n} GPU 0-7" for n in range(8)]
 
 
 def _exp(recipe, **changes):

@@ -39,6 +39,17 @@ def test_external_engines_are_outside_ray():
     assert len(ext) == 1 and ext[0].node is None and "outside Ray, 10.0.0.1:30000" in format_plan(plan)[-2]
 
 
+def test_the_printed_plan_folds_consecutive_ranks_and_engines_of_one_node_into_one_line():
+    lines = format_plan(placement_plan(ClusterConfig(2, 8, 8, 2, 8)))
+    assert [line.split()[:4] for line in lines] == [
+        ["trainer", "ranks", "0-7", "node"], ["trainer", "ranks", "8-15", "node"],
+        ["rollout", "engines", "0-3", "node"], ["router", "CPU", "actor,", "no"]]
+    assert lines[2].endswith("node 2 GPU 0-7 (2 GPUs each)")
+    # PD roles are never folded together: a prefill and a decode engine keep a line each
+    pd = format_plan(placement_plan(ClusterConfig(1, 8, 8, 4, 8, colocate=True), engine_roles=["prefill", "decode"]))
+    assert pd[1].startswith("prefill engine 0") and pd[2].startswith("decode engine 1")
+
+
 def test_train_py_dry_run_prints_the_plan_loads_nothing_and_exits_by_the_verdict(tmp_path):
     data = tmp_path / "train.jsonl"
     data.write_text(json.dumps({"input": "1+1", "label": "2"}) + "\n")
@@ -54,7 +65,7 @@ def test_train_py_dry_run_prints_the_plan_loads_nothing_and_exits_by_the_verdict
     out = subprocess.run([sys.executable, "-c", probe, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "trainer rank 1" in out.stdout and "rollout engine 0" in out.stdout and "pre-flight passed" in out.stdout
+    assert "trainer ranks 0-1" in out.stdout and "rollout engine 0" in out.stdout and "pre-flight passed" in out.stdout
     assert "LOADED False False" in out.stdout
     bad = subprocess.run([sys.executable, "train.py", *args, "--use-tis", "--use-icepop"], cwd=ROOT,
                          capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
