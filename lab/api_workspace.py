@@ -375,11 +375,15 @@ def _history_labels(ws: dict[str, Any], lang: str) -> dict[str, str | None]:
 
 
 def _diagrams(exp: Experiment, derived: Any) -> dict[str, Any]:
-    """TP / PP / EP / CP / ZeRO at this experiment's sizes (lab/diagrams.py)."""
+    """TP / PP / EP / CP / ZeRO at this experiment's sizes, and the loop strip's boxes (lab/diagrams.py)."""
     from lab.derive import recipe_and_spec
-    from lab.diagrams import parallel_diagrams
+    from lab.diagrams import loop_diagram, parallel_diagrams
 
-    return parallel_diagrams(exp, recipe_and_spec(exp)[1], derived.dp)
+    recipe, spec = recipe_and_spec(exp)
+    out = parallel_diagrams(exp, spec, derived.dp)
+    if recipe is not None:
+        out["loop"] = loop_diagram(exp, recipe.backends.train, recipe.backends.rollout)
+    return out
 
 
 def _folded(exp: Experiment, findings: list[Any], info: dict[str, Any] | None) -> list[str]:

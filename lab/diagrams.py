@@ -72,14 +72,16 @@ def parallel_diagrams(exp: Experiment, spec: ModelSpec | None, dp: int) -> dict[
     def tp_cell(i: int) -> dict[str, Any]:
         lo, hi = _even(hidden, r.tp, i) if hidden else (0, 0)
         return {"label": f"GPU {i}", "key": "diag_tp_cell", "params": {"cols": _span(lo, hi), "of": hidden}}
-    out["tp"] = {"size": r.tp, "cells": _row(r.tp, tp_cell), "key": "diag_tp_note", "params": {"n": r.tp}}
+    out["tp"] = {"size": r.tp, "cells": _row(r.tp, tp_cell), "key": "diag_tp_note" if r.tp > 1 else "diag_tp_off",
+                 "params": {"n": r.tp}}
 
     bounds = _pipeline_bounds(exp, layers) if layers else [(0, 0)] * r.pp
 
     def pp_cell(i: int) -> dict[str, Any]:
         lo, hi = bounds[i]
         return {"label": f"GPU {i}", "key": "diag_pp_cell", "params": {"layers": _span(lo, hi), "n": hi - lo}}
-    out["pp"] = {"size": r.pp, "cells": _row(r.pp, pp_cell), "key": "diag_pp_note", "params": {"n": r.pp, "layers": layers}}
+    out["pp"] = {"size": r.pp, "cells": _row(r.pp, pp_cell), "key": "diag_pp_note" if r.pp > 1 else "diag_pp_off",
+                 "params": {"n": r.pp, "layers": layers}}
 
     if experts:
         def ep_cell(i: int) -> dict[str, Any]:
@@ -96,13 +98,31 @@ def parallel_diagrams(exp: Experiment, spec: ModelSpec | None, dp: int) -> dict[
         if allgather:
             return {"label": f"GPU {i}", "key": "diag_cp_allgather_cell", "params": {"chunk": i}}
         return {"label": f"GPU {i}", "key": "diag_cp_zigzag_cell", "params": {"a": i, "b": 2 * r.cp - 1 - i}}
+    cp_key = "diag_cp_off" if r.cp == 1 else "diag_cp_allgather_note" if allgather else "diag_cp_zigzag_note"
     out["cp"] = {"size": r.cp, "cells": _row(r.cp, cp_cell), "mode": "allgather" if allgather else "zigzag",
-                 "key": "diag_cp_allgather_note" if allgather else "diag_cp_zigzag_note",
+                 "key": cp_key,
                  "params": {"n": r.cp, "chunks": 2 * r.cp, "tokens": r.max_tokens_per_gpu * r.cp}}
 
     def zero_cell(i: int) -> dict[str, Any]:
         return {"label": f"DP {i}", "key": "diag_zero_cell", "params": {"i": i + 1, "n": dp}}
     size = max(dp, 0)
-    out["zero"] = {"size": size, "cells": _row(size, zero_cell),
-                   "key": "diag_zero_cpu" if r.cpu_adam else "diag_zero_note", "params": {"n": size}}
+    zero_key = ("diag_zero_cpu" if r.cpu_adam else "diag_zero_note") + ("_one" if size == 1 else "")
+    out["zero"] = {"size": size, "cells": _row(size, zero_cell), "key": zero_key, "params": {"n": size}}
     return out
+
+
+def loop_diagram(exp: Experiment, train_backend: str, rollout_backend: str) -> dict[str, str]:
+    """Which engine samples, what sits between reward and update, which trainer updates and where the
+    weights go back: the loop strip's boxes as text ids for this experiment."""
+    external = exp.placement.ownership == "external"
+    embedded_engine = rollout_backend == "embedded" and not external
+    if exp.rollout.queue:
+        buffer = "loop_batch_queue"  # straw: producers write groups, the trainer reads them
+    elif exp.placement.scheduling == "async":
+        buffer = "loop_batch_async"  # train_async.py: the next rollout samples while this one trains
+    else:
+        buffer = "loop_batch_sync"
+    return {"sample": "loop_sample_external" if external else "loop_sample_embedded" if embedded_engine else "loop_sample",
+            "batch": buffer,
+            "update": "loop_update_embedded" if train_backend == "embedded" else "loop_update",
+            "weights": "loop_weights_embedded" if embedded_engine else "loop_weights"}

@@ -94,7 +94,12 @@ export function drawServing(exp, d) {
 }
 
 export function drawDiag(diagrams) {
+  for (const [box, key] of Object.entries((diagrams || {}).loop || {})) {  // the loop strip of this experiment
+    const li = $(`.loop [data-loop="${box}"]`);
+    if (li) { li.dataset.i18n = key; li.textContent = tr(key); }
+  }
   for (const [kind, g] of Object.entries(diagrams || {})) {
+    if (kind === "loop") continue;
     const value = $(`[data-diag-value="${kind}"]`);
     if (value) value.textContent = String(g.size);
     const cells = $(`[data-diag-cells="${kind}"]`);

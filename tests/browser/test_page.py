@@ -89,6 +89,19 @@ def test_async_from_colocated_moves_pools_and_one_undo_restores_both(new_page):
     assert_clean(page)
 
 
+def test_the_loop_strip_follows_scheduling_and_the_recipes_engine_in_both_languages(new_page):
+    page = new_page()
+    batch = page.locator('.loop [data-loop="batch"]')
+    assert batch.text_content() == "Rollout batch: the whole rollout, then train"
+    choose(page, "placement.scheduling", "async")
+    assert batch.text_content() == "One rollout ahead: the next samples while this one trains"
+    choose(page, "model.recipe", "tiny-cpu")
+    assert page.locator('.loop [data-loop="update"]').text_content() == "Embedded torch trainer: policy update"
+    act(page, lambda: page.locator("#lang").select_option("zh"))
+    assert page.locator('.loop [data-loop="sample"]').text_content() == "内置引擎生成回答"
+    assert_clean(page)
+
+
 def test_reload_keeps_choices_history_and_a(new_page):
     page = new_page()
     choose(page, "model.recipe", "qwen3.8-27b")
