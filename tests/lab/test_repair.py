@@ -110,3 +110,27 @@ def test_repair_ids_are_unique_and_stable():
     exp = _exp("glm4-9b", placement__scheduling="async", task__num_steps_per_rollout=2, task__n_samples_per_prompt=1)
     ids = [r.id for r in propose_repairs(exp)]
     assert len(ids) == len(set(ids)) and ids == [r.id for r in propose_repairs(exp)]
+
+
+def test_the_default_experiments_runtime_refusals_repair_to_the_data_parallel_layout_the_runtime_accepts():
+    from lab.memory import estimate_memory
+
+    exp = new_experiment("glm4-9b")  # the page's first experiment: TP 2 and CP 2, refused by the Ray loop today
+    refused = {f.params.get("code") for f in validate(exp) if f.id == "RUNTIME" and f.level == "error"}
+    assert refused == {"megatron.tp_pp_export", "megatron.context_parallel"}
+    (r,) = [r for r in propose_repairs(exp) if r.fixes == "RUNTIME"]
+    # whole weights on each of 4 GPUs do not fit 80 GiB with Adam on the GPU: CPU Adam comes with it
+    assert r.values == {"resources.tp": 1, "resources.pp": 1, "resources.cp": 1, "resources.cpu_adam": True}
+    assert r.remaining == [] and r.derived.dp == 4
+    ws = apply_repair(W.Workspace(b=exp), r.id)
+    assert [f for f in validate(ws.b) if f.level == "error"] == []
+    m = estimate_memory(ws.b)
+    assert m.peak_gib <= m.gpu_memory_gib
+    assert len(ws.undo) == 1  # one undo restores TP, CP and CPU Adam together
+
+
+def test_no_data_parallel_repair_is_offered_where_whole_weights_cannot_fit_a_gpu():
+    for recipe in ("glm4.7", "glm5.3", "deepseek-r1", "qwen3.8-27b"):
+        exp = new_experiment(recipe)
+        assert any(f.params.get("code") == "megatron.tp_pp_export" for f in validate(exp))
+        assert not [r for r in propose_repairs(exp) if r.fixes == "RUNTIME"], recipe
