@@ -10,7 +10,7 @@ Ray and the HTTP stack of the engines and router, plus megatron-core:
     multidict + propcache + aiohttp-cors, colorful, opencensus, opentelemetry (api, sdk, proto,
     semantic conventions, prometheus exporter), googleapis-common-protos (google.rpc, which
     opencensus imports) with the protobuf runtime their generated code asks for, wcwidth, jsonpointer,
-    rfc3339-validator
+    rfc3339-validator, and flash-linear-attention (fla-core + einops) for the Qwen3.5 hybrid
 
 Ray's wheel is ~79 MB, 32 MB of it ``ray/jars/ray_dist.jar`` (the Java worker), which Python never
 loads. The trimmed wheel drops it and rewrites RECORD without its line, so pip installs it without
@@ -48,7 +48,9 @@ WHEELS = ["ray==2.60.0", "jsonschema==4.26.0", "jsonschema-specifications==2025.
           "opentelemetry-sdk==1.45.2", "opentelemetry-semantic-conventions==0.66b2",
           "opentelemetry-exporter-prometheus==0.66b2", "opentelemetry-proto==1.45.2",
           # opencensus's trace module (the dashboard agent's exporter) imports google.rpc
-          "googleapis-common-protos==1.76.0", "protobuf==7.36.2", "wcwidth==0.7.0", "jsonpointer==3.1.1", "rfc3339-validator==0.1.4"]
+          "googleapis-common-protos==1.76.0", "protobuf==7.36.2", "wcwidth==0.7.0", "jsonpointer==3.1.1", "rfc3339-validator==0.1.4",
+          # Qwen3.5's Gated DeltaNet layers: megatron-core refuses to build them without fla (Triton kernels)
+          "fla-core==0.6.0", "einops==0.8.2"]
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
              "manylinux1_x86_64"]
 DROP = ("ray/jars/",)  # Java worker jars: never imported by Python
