@@ -24,9 +24,21 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
+from slime.refusals import declare
+
 FORMAT = "straw-v1"
 INDEX = "index.json"
 SEGMENTS = "segments"
+
+_R = declare("queue", {
+    "index_unreadable": "--rollout-queue-dir {root}: {index} is unreadable; not a straw queue",
+    "other_run": "--rollout-queue-dir {root} holds the queue of run {owner!r}, not --rollout-queue-run-id {run_id!r}: "
+                 "a new experiment takes a fresh run id and a fresh directory; to resume run {owner!r}, pass its id",
+    "no_index": "--rollout-queue-dir {root} holds queue segments but no {index}: not a queue this build wrote "
+                "(or its index was deleted); refusing to guess which records are pending",
+    "in_use": "--rollout-queue-dir {root} is in use by another process (one producer per queue)",
+    "format": "{path}: format {found!r}, expected {expected}",
+})
 
 
 class QueueError(RuntimeError):
@@ -77,14 +89,11 @@ def check_run_id(root: str | Path, run_id: str) -> None:
         try:
             owner = json.loads(index.read_text()).get("run_id")
         except ValueError:
-            raise QueueError(f"--rollout-queue-dir {root}: {INDEX} is unreadable; not a straw queue") from None
+            raise QueueError(_R("index_unreadable", root=str(root), index=INDEX)) from None
         if owner != run_id:
-            raise QueueError(f"--rollout-queue-dir {root} holds the queue of run {owner!r}, not "
-                             f"--rollout-queue-run-id {run_id!r}: a new experiment takes a fresh run id and a "
-                             f"fresh directory; to resume run {owner!r}, pass its id")
+            raise QueueError(_R("other_run", root=str(root), owner=owner, run_id=run_id))
     elif (root / SEGMENTS).is_dir() and any((root / SEGMENTS).iterdir()):
-        raise QueueError(f"--rollout-queue-dir {root} holds queue segments but no {INDEX}: not a queue this "
-                         f"build wrote (or its index was deleted); refusing to guess which records are pending")
+        raise QueueError(_R("no_index", root=str(root), index=INDEX))
 
 
 class RolloutQueue:
@@ -97,14 +106,13 @@ class RolloutQueue:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
-            raise QueueError(f"--rollout-queue-dir {self.root} is in use by another process "
-                             f"(one producer per queue)") from None
+            raise QueueError(_R("in_use", root=str(self.root))) from None
         self._mutex = threading.RLock()  # the producer's generate and the consumer's ack may overlap
         self.recovered = {"adopted": 0, "torn_bytes": 0}
         if (self.root / INDEX).exists():
             self.index = json.loads((self.root / INDEX).read_text())
             if self.index.get("format") != FORMAT:
-                raise QueueError(f"{self.root / INDEX}: format {self.index.get('format')!r}, expected {FORMAT}")
+                raise QueueError(_R("format", path=str(self.root / INDEX), found=self.index.get("format"), expected=FORMAT))
             self._recover()
         else:
             self.index = {"format": FORMAT, "run_id": run_id, "next_seq": 1, "ack_floor": 0, "acked": [],
