@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
-from slime.refusals import Refusal, declare
+from slime.refusals import Refusal, declare, message_of
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = REPO_ROOT / "scripts" / "models"
@@ -488,7 +488,7 @@ def load_model_spec(path: str | Path) -> ModelSpec:
     try:
         return _load_cached(p, mtime)
     except ModelSpecError as exc:
-        raise ModelSpecError(_R("in_file", path=p, error=str(exc))) from exc
+        raise ModelSpecError(_R("in_file", path=p, error=message_of(exc))) from exc
 
 
 def as_spec(spec: ModelSpec | str | Path | Sequence[str] | Mapping[str, Any]) -> ModelSpec:
@@ -821,7 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
         diffs = compare_with_config(spec, cfg)
     except Exception as exc:  # say why, the caller decides
-        print(_R("could_not_compare", error=str(exc)))
+        print(_R("could_not_compare", error=message_of(exc)))
         return 3
     for d in diffs:
         print(d)

@@ -86,7 +86,7 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
         try:
             resolve_critic(cfg.model, cfg.critic)  # resuming the policy resumes its critic, or refuses
         except CheckpointError as e:
-            problems.append(_R("critic_load", error=str(e)))
+            problems.append(_R("critic_load", error=message_of(e)))
     if not problems and cfg.cluster.external:
         from slime.rollout.engines.external import check_external_engines
         from slime.sync.weight_sync import default_transport
