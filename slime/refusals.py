@@ -33,6 +33,10 @@ DECLARING_MODULES = (
     "slime.rollout.engines.external",
     "slime.ray.runtime",
     "slime.backends.registry",
+    "slime.rewards.hooks",
+    "slime.ray.placement",
+    "slime.rollout.router",
+    "slime.rollout.client",
 )
 
 

@@ -105,3 +105,13 @@ def test_a_wrapped_refusal_reads_in_chinese_inside_and_out(tmp_path):
     assert err.code == "model_spec.in_file" and err.params["error"].code == "model_spec.not_integer"
     assert err == f"{spec}: --num-layers 'two' is not an integer"  # the runtime's English, unchanged
     assert _zh(err).endswith(f"`{spec}`：`--num-layers 'two'` 不是整数")
+
+
+def test_a_hook_that_cannot_load_is_refused_with_its_code(tmp_path):
+    from slime.rewards.hooks import HookLoadError, load_function
+
+    with pytest.raises(HookLoadError) as e:
+        load_function(str(tmp_path / "absent.py") + ":score", kind="reward")
+    err = e.value.args[0]
+    assert err.code == "hooks.file_missing" and err.startswith("[reward hook] ")
+    assert f"文件 `{tmp_path / 'absent.py'}` 不存在" in _zh(err)
