@@ -38,6 +38,11 @@ _R = declare("queue", {
                 "(or its index was deleted); refusing to guess which records are pending",
     "in_use": "--rollout-queue-dir {root} is in use by another process (one producer per queue)",
     "format": "{path}: format {found!r}, expected {expected}",
+    "segment_short": "{path}: {size} bytes on disk but the index committed {committed}: committed records were lost "
+                     "outside the queue (disk or manual edit)",
+    "corrupt_at": "{path}: corrupt committed record at byte {offset}",
+    "corrupt_record": "{path}: record {seq} is corrupt",
+    "unknown_ack": "ack of unknown record {seq}",
 })
 
 
@@ -133,8 +138,7 @@ class RolloutQueue:
             p = self._seg_path(seg["name"])
             size = p.stat().st_size if p.exists() else -1
             if size < seg["bytes"]:
-                raise QueueError(f"{p}: {max(size, 0)} bytes on disk but the index committed {seg['bytes']}: "
-                                 f"committed records were lost outside the queue (disk or manual edit)")
+                raise QueueError(_R("segment_short", path=str(p), size=max(size, 0), committed=seg["bytes"]))
         known = {s["name"] for s in segs}
         extra = sorted(p.name for p in (self.root / SEGMENTS).glob("*.jsonl") if p.name not in known)
         # Only the last committed segment and segments created after it can hold uncommitted bytes.
@@ -183,7 +187,7 @@ class RolloutQueue:
             for line in data.splitlines(keepends=True):
                 rec = _decode(line)
                 if rec is None:
-                    raise QueueError(f"{self._seg_path(seg['name'])}: corrupt committed record at byte {off}")
+                    raise QueueError(_R("corrupt_at", path=str(self._seg_path(seg["name"])), offset=off))
                 if not self._is_acked(rec[0]):
                     self._where[rec[0]] = (seg["name"], off, len(line))
                 off += len(line)
@@ -225,7 +229,7 @@ class RolloutQueue:
                 f.seek(off)
                 rec = _decode(f.read(length))
             if rec is None or rec[0] != seq:
-                raise QueueError(f"{self._seg_path(name)}: record {seq} is corrupt")
+                raise QueueError(_R("corrupt_record", path=str(self._seg_path(name)), seq=seq))
             return rec[1]
 
     def pending(self) -> Iterator[tuple[int, Any]]:
@@ -240,7 +244,7 @@ class RolloutQueue:
             if self._is_acked(seq):
                 return
             if seq not in self._where:
-                raise QueueError(f"ack of unknown record {seq}")
+                raise QueueError(_R("unknown_ack", seq=seq))
             acked = set(self.index["acked"]) | {seq}
             floor = self.index["ack_floor"]
             while floor + 1 in acked:

@@ -115,3 +115,34 @@ def test_a_hook_that_cannot_load_is_refused_with_its_code(tmp_path):
     err = e.value.args[0]
     assert err.code == "hooks.file_missing" and err.startswith("[reward hook] ")
     assert f"文件 `{tmp_path / 'absent.py'}` 不存在" in _zh(err)
+
+
+# The exceptions the pre-flight (slime.ray.runtime.preflight, slime.dry_run) and start-up turn into
+# "cannot start" lines; each is raised with a Refusal, never with a bare string.
+PREFLIGHT_ERRORS = {"QueueError", "TranslationError", "DataError", "CheckpointError", "ModelSpecError",
+                    "ModelArgsError", "ConfigMismatchError", "HookLoadError", "PreflightError"}
+SCANNED = ["slime/rollout/queue.py", "slime/rollout/engines/sglang.py", "slime/data/dataset.py", "slime/checkpoint.py",
+           "slime/model_spec.py", "slime/backends/megatron/model_args.py", "slime/rewards/hooks.py",
+           "slime/ray/runtime.py", "slime/rollout/engines/external.py", "slime/backends/registry.py"]
+# wrappers that add context around an already-worded error at run time (not pre-flight)
+ALLOWED = {("slime/data/dataset.py", "DataError")}
+
+
+def test_no_preflight_refusal_is_raised_as_a_bare_string():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    bare = []
+    for rel in SCANNED:
+        tree = ast.parse((root / rel).read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):
+                continue
+            name = getattr(node.exc.func, "id", getattr(node.exc.func, "attr", ""))
+            args = node.exc.args
+            if name in PREFLIGHT_ERRORS and args and isinstance(args[0], (ast.JoinedStr, ast.Constant, ast.BinOp)):
+                if (rel, name) in ALLOWED and isinstance(args[0], ast.JoinedStr) and "record" in ast.unparse(args[0]):
+                    continue
+                bare.append(f"{rel}:{node.lineno} {name}")
+    assert bare == []
