@@ -5,19 +5,21 @@ the layout and the image's GPU memory, and says what it leaves out. Colocated ru
 phases on the same GPUs (each side offloads while the other runs), so each phase has its own peak;
 disaggregated runs put the phases on different GPUs.
 
-Training (Megatron, per GPU of the worst pipeline stage):
-- weights BF16 (2 B/param), gradients FP32 (4 B/param: main grads, --accumulate-allreduce-grads-in-fp32);
-  dense weights shard over TP·PP, expert weights over EP·PP (expert TP 1);
-- Adam: 12 B/param (FP32 master copy + two moments), sharded over DP (expert-DP for experts) by the
-  distributed optimizer; with CPU Adam it lives in host memory instead;
-- activations: max_tokens_per_gpu tokens; ~34·h bytes per token per layer (flash attention, sequence
-  parallel over TP), only the layer inputs (2·h bytes) kept under full recomputation, × PP micro-
-  batches in flight on the first stage (1F1B); FP32 logits tokens × vocab / TP × 4 B on the last.
-Rollout (SGLang, per GPU of an engine): weights at the rollout precision over the engine's GPUs; the
+Training (Megatron, per GPU of the worst pipeline stage): lab/memory_model.py's `training_parts`
+(weights, fp32 main gradients, Adam sharded by the distributed optimizer, activations per token and
+layer, the log-prob path's logits, the cuBLAS workspace), with dense weights sharded over TP·PP and
+expert weights over EP·PP. The lab does not know the prompt lengths, so every token of a
+micro-batch counts as a logit row. bench/compare_memory.py checks it against measured H200 peaks.
+Rollout follows the engine that runs:
+- SGLang (per GPU of an engine): weights at the rollout precision over the engine's GPUs; the
 KV cache is what `mem_fraction_static` × GPU memory leaves after the weights. Hybrid models split that
 cache budget B into two pools at the state : KV ratio ρ (`precision.state_kv_ratio`, else SGLang's
 default): recurrent state B·ρ/(1+ρ), attention KV B/(1+ρ) (docs/en/hybrid-cache.md). The GDN layer
 pattern lives in config.json, which the lab does not read, so KV tokens count every layer as attention.
+- the embedded engine (the tiny recipes): it reserves no fraction but allocates what it serves:
+lab/memory_model.py's `embedded_engine_parts` for the requests one engine holds at once (the
+rollout's samples over the engines, at most `serving.concurrency`), each of `ASSUMED_PROMPT_TOKENS`
+plus `rollout.max_response_len` tokens.
 
 Item names and exclusions are catalogue keys (`memory.item.*`, `memory.exclusion.*`) with parameters;
 `items_gib` and `exclusions` are their English renderings, and the API renders the keys in the page's
@@ -32,9 +34,12 @@ from pydantic import BaseModel, Field, model_validator
 from lab.derive import ETP, recipe_and_spec
 from lab.experiment import Experiment
 from lab.images import get_image
+from lab.memory_model import GIB, TrainLayout, embedded_engine_parts, optimizer_bytes, training_parts
 from lab.messages import render
 
-GIB = 1024**3
+# The lab does not know the dataset's prompt lengths; a math prompt with its chat template is
+# about this long. Only the embedded engine's KV slots depend on it.
+ASSUMED_PROMPT_TOKENS = 1024
 EXCLUSION_IDS = [f"memory.exclusion.{k}" for k in (
     "cuda_context", "nccl", "fragmentation", "draft", "recurrent", "reference", "sglang", "moe")]
 EXCLUSIONS = [render(k) for k in EXCLUSION_IDS]
@@ -93,63 +98,61 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
     r, p = exp.resources, exp.placement
     n = max(p.train_gpus, 1)
 
-    expert_total = spec.moe_layers * spec.experts * spec.expert_params
-    dense_total = spec.total_params - expert_total
-    dense_shard = dense_total / (r.tp * r.pp)
-    expert_shard = expert_total / (ETP * r.ep * r.pp)
-    params_gpu = dense_shard + expert_shard
     dp = max(n // (r.tp * r.pp * r.cp), 1)
     edp = max(n // (ETP * r.ep * r.pp), 1)
-    optimizer = 12 * (dense_shard / dp + expert_shard / edp)
-
-    tokens = r.max_tokens_per_gpu
-    layers_stage = -(-spec.layers // r.pp)
-    per_layer_full = 34 * spec.hidden * tokens / r.tp
-    if r.recompute == "full":
-        acts = layers_stage * 2 * spec.hidden * tokens / r.tp * r.pp + per_layer_full
-    elif r.recompute == "selective":
-        acts = layers_stage * per_layer_full * 0.9 * r.pp
-    else:
-        acts = layers_stage * per_layer_full * r.pp
-    logits = tokens * spec.vocab / r.tp * 4
-
-    train_items = [
-        _item("weights", _g(2 * params_gpu)),
-        _item("gradients", _g(4 * params_gpu)),
-        _item("adam", 0.0 if r.cpu_adam else _g(optimizer)),
-        _item("activations", _g(acts)),
-        _item("logits", _g(logits)),
-    ]
+    layout = TrainLayout(tokens=r.max_tokens_per_gpu, tp=r.tp, pp=r.pp, ep=ETP * r.ep, dp=dp, edp=edp,
+                         recompute=r.recompute, cpu_adam=r.cpu_adam)
+    parts = training_parts(spec, layout)
+    train_items = [_item(k, _g(v)) for k, v in parts.items()]
     train_total = round(sum(i.gib for i in train_items), 2)
+    optimizer = optimizer_bytes(spec, layout)
 
-    bytes_per_param = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}[exp.precision.rollout]
     e = max(p.engine_gpus, 1)
-    w_roll = spec.total_params * bytes_per_param / e
-    claimed = exp.serving.mem_fraction_static * gpu_gib * GIB
-    budget = max(claimed - w_roll, 0.0)
     ratio = None
-    if spec.hybrid:
-        from slime.rollout.engines.sglang_flags import DEFAULTS
+    state = kv = 0.0
+    kv_tokens = 0
+    if recipe is not None and recipe.backends.rollout == "embedded":
+        engines = max(p.rollout_gpus // e, 1)
+        rows = min(exp.serving.concurrency, -(-exp.task.rollout_batch_size * exp.task.n_samples_per_prompt // engines))
+        context = ASSUMED_PROMPT_TOKENS + exp.rollout.max_response_len
+        eparts = embedded_engine_parts(spec, rows, context)
+        kv = eparts["kv_cache"]
+        kv_tokens = rows * context
+        roll_items = [_item("rollout_weights", _g(eparts["weights"]), precision="BF16", gpus=1),
+                      _item("kv_slots", _g(kv), rows=rows, context=context),
+                      _item("engine_prefill", _g(eparts["prefill"])),
+                      _item("engine_logits", _g(eparts["logits"])),
+                      _item("workspace", _g(eparts["workspace"]))]
+        roll_total = round(sum(i.gib for i in roll_items), 2)
+        roll_fits = roll_total <= gpu_gib
+    else:
+        bytes_per_param = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}[exp.precision.rollout]
+        w_roll = spec.total_params * bytes_per_param / e
+        claimed = exp.serving.mem_fraction_static * gpu_gib * GIB
+        budget = max(claimed - w_roll, 0.0)
+        if spec.hybrid:
+            from slime.rollout.engines.sglang_flags import DEFAULTS
 
-        ratio = exp.precision.state_kv_ratio or DEFAULTS["mamba_full_memory_ratio"]
-    state = budget * ratio / (1 + ratio) if ratio else 0.0
-    kv = budget - state
-    kv_elem = 1 if exp.precision.kv_cache_dtype == "fp8_e4m3" else 2
-    if spec.mla:
-        per_token = spec.layers * (spec.kv_lora_rank + spec.qk_pos_emb_head_dim) * kv_elem  # replicated per GPU
-        kv_tokens = int(kv // per_token) if per_token else 0
-    else:
-        shards = min(e, spec.kv_groups)
-        per_token = spec.layers * 2 * spec.kv_groups * spec.kv_channels * kv_elem / shards
-        kv_tokens = int(kv // per_token) if per_token else 0
-    roll_items = [_item("rollout_weights", _g(w_roll), precision=exp.precision.rollout.upper(), gpus=e)]
-    if ratio:
-        state_dtype = exp.precision.recurrent_state_dtype or "float32"
-        roll_items.append(_item("kv_pool", _g(kv), ratio=f"{ratio:g}"))
-        roll_items.append(_item("state_pool", _g(state), dtype=state_dtype, ratio=f"{ratio:g}"))
-    else:
-        roll_items.append(_item("kv_cache", _g(kv)))
-    roll_total = round(max(_g(claimed), _g(w_roll)), 2)
+            ratio = exp.precision.state_kv_ratio or DEFAULTS["mamba_full_memory_ratio"]
+        state = budget * ratio / (1 + ratio) if ratio else 0.0
+        kv = budget - state
+        kv_elem = 1 if exp.precision.kv_cache_dtype == "fp8_e4m3" else 2
+        if spec.mla:
+            per_token = spec.layers * (spec.kv_lora_rank + spec.qk_pos_emb_head_dim) * kv_elem  # replicated per GPU
+            kv_tokens = int(kv // per_token) if per_token else 0
+        else:
+            shards = min(e, spec.kv_groups)
+            per_token = spec.layers * 2 * spec.kv_groups * spec.kv_channels * kv_elem / shards
+            kv_tokens = int(kv // per_token) if per_token else 0
+        roll_items = [_item("rollout_weights", _g(w_roll), precision=exp.precision.rollout.upper(), gpus=e)]
+        if ratio:
+            state_dtype = exp.precision.recurrent_state_dtype or "float32"
+            roll_items.append(_item("kv_pool", _g(kv), ratio=f"{ratio:g}"))
+            roll_items.append(_item("state_pool", _g(state), dtype=state_dtype, ratio=f"{ratio:g}"))
+        else:
+            roll_items.append(_item("kv_cache", _g(kv)))
+        roll_total = round(max(_g(claimed), _g(w_roll)), 2)
+        roll_fits = w_roll <= claimed
 
     has_gpu = gpu_gib > 0
     colocated = p.ownership == "colocated"
@@ -157,7 +160,7 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
         gpu_memory_gib=gpu_gib,
         colocated=colocated,
         training=Phase(items=train_items, total_gib=train_total, fits=(train_total <= gpu_gib) if has_gpu else None),
-        rollout=Phase(items=roll_items, total_gib=roll_total, fits=(w_roll <= claimed) if has_gpu else None),
+        rollout=Phase(items=roll_items, total_gib=roll_total, fits=roll_fits if has_gpu else None),
         peak_gib=max(train_total, roll_total) if colocated else train_total,
         host_optimizer_gib_per_gpu=_g(optimizer) if r.cpu_adam else 0.0,
         kv_tokens_per_engine=kv_tokens,

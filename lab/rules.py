@@ -355,7 +355,11 @@ def validate(exp: Experiment, d: Derived | None = None) -> list[Finding]:
     try:
         spec = spec_for_recipe(recipe.name)
     except ModelSpecError as exc:
-        return [Finding.of("LAB-MODEL-2", "error", ["model.recipe"], error=str(exc), spec=recipe.model_spec)]
+        from lab.runtime_verdict import runtime_text
+        from slime.refusals import message_of
+
+        return [Finding.of("LAB-MODEL-2", "error", ["model.recipe"], error=runtime_text(message_of(exc)),
+                           spec=recipe.model_spec)]
     order = {"error": 0, "warning": 1, "info": 2}
     d = derive(exp) if d is None else d
     found: list[Finding] = []

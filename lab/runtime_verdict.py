@@ -125,10 +125,21 @@ def runtime_finding(level: str, fields: list[str], message: str) -> Finding:
     wording of the code (a reference rendered in each language), else the English text itself."""
     from slime.refusals import code_of
 
+    code, _ = code_of(message)
+    return Finding.of("RUNTIME", level, fields, level, reason=str(message), code=code, text=runtime_text(message))
+
+
+def runtime_text(message: str) -> Any:
+    """A runtime message as a finding parameter: the catalogue's wording of its code (a reference
+    rendered in each language), else its English text verbatim. A refusal that wraps another (a
+    parameter that is itself a refusal) words the inner one the same way."""
+    from slime.refusals import Refusal, code_of
+
     code, args = code_of(message)
     key = RUNTIME_KEY.format(code=code)
-    text: Any = ref(key, **args) if code and key in catalogue(DEFAULT_LANG) else str(message)
-    return Finding.of("RUNTIME", level, fields, level, reason=str(message), code=code, text=text)
+    if not (code and key in catalogue(DEFAULT_LANG)):
+        return str(message)
+    return ref(key, **{k: runtime_text(v) if isinstance(v, Refusal) else v for k, v in args.items()})
 
 
 def _findings(exp: Experiment) -> list[Finding]:

@@ -36,7 +36,7 @@ from slime.config import (
     SyncConfig,
 )
 from slime.limits import cluster_size_errors
-from slime.refusals import Refusal, declare
+from slime.refusals import Refusal, declare, message_of
 
 # Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
 MEGATRON_FLAGS = {
@@ -872,7 +872,7 @@ def _rollout_mode_errors(cfg: Config) -> list[str]:
         try:
             check_run_id(r.queue_dir, r.queue_run_id)
         except QueueError as err:
-            e.append(str(err))
+            e.append(message_of(err))
     e.extend(_producer_errors(cfg))
     return e
 

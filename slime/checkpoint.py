@@ -22,6 +22,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slime.refusals import declare
+
+_R = declare("checkpoint", {
+    "no_marker": "{flag} {root}: no {marker}: not a complete checkpoint directory",
+    "no_marker_found": "{flag} {root}: no {marker}: not a complete checkpoint directory; it holds {found} but no "
+                       "marker, so the last save did not finish (or {flag} points at an iter_* folder instead of its parent)",
+    "state_missing": "{flag} {root}: {marker} says {iteration!r} but {state} is missing",
+    "no_iteration": "{flag} {root}: no complete {name} (holds {found}); the policy checkpoint being resumed is "
+                    "iteration {iteration}",
+    "file_missing": "{flag} {root}: {file} is missing; refusing a half-written checkpoint",
+    "file_changed": "{flag} {root}: {file} is truncated or changed ({size} bytes, manifest says {expected}); "
+                    "refusing a half-written checkpoint",
+})
+
 MARKER = "latest_checkpointed_iteration.txt"
 FORMAT = "slime-embedded-v1"
 
@@ -96,14 +110,15 @@ def resolve_checkpoint(root: str | Path, flag: str = "--load") -> Checkpoint:
     marker = root / MARKER
     if not marker.exists():
         found = sorted(p.name for p in root.glob("iter_*")) if root.is_dir() else []
-        hint = (f"; it holds {found} but no marker, so the last save did not finish (or {flag} points at "
-                f"an iter_* folder instead of its parent)") if found else ""
-        raise CheckpointError(f"{flag} {root}: no {MARKER}: not a complete checkpoint directory{hint}")
+        if found:
+            raise CheckpointError(_R("no_marker_found", flag=flag, root=str(root), marker=MARKER, found=str(found)))
+        raise CheckpointError(_R("no_marker", flag=flag, root=str(root), marker=MARKER))
     it = marker.read_text().strip()
     d = iter_dir(root, it if it == "release" else int(it))
     state_path = d / "state.json"
     if not state_path.exists():
-        raise CheckpointError(f"{flag} {root}: {MARKER} says {it!r} but {state_path} is missing")
+        raise CheckpointError(_R("state_missing", flag=flag, root=str(root), marker=MARKER, iteration=it,
+                                 state=str(state_path)))
     return _verified(root, d, flag)
 
 
@@ -114,8 +129,8 @@ def resolve_iteration(root: str | Path, iteration: int | str, flag: str) -> Chec
     d = iter_dir(root, iteration)
     if not (d / "state.json").exists():
         found = sorted(p.name for p in root.glob("iter_*")) if root.is_dir() else []
-        raise CheckpointError(f"{flag} {root}: no complete {d.name} (holds {found or 'nothing'}); the policy "
-                              f"checkpoint being resumed is iteration {iteration}")
+        raise CheckpointError(_R("no_iteration", flag=flag, root=str(root), name=d.name,
+                                 found=str(found or "nothing"), iteration=iteration))
     return _verified(root, d, flag)
 
 
@@ -124,11 +139,11 @@ def _verified(root: Path, d: Path, flag: str) -> Checkpoint:
     for name, want in state.get("files", {}).items():
         f = d / name
         if not f.exists():
-            raise CheckpointError(f"{flag} {root}: {f} is missing; refusing a half-written checkpoint")
+            raise CheckpointError(_R("file_missing", flag=flag, root=str(root), file=str(f)))
         got = _digest(f)
         if got != want:
-            raise CheckpointError(f"{flag} {root}: {f} is truncated or changed ({got['size']} bytes, manifest "
-                                  f"says {want['size']}); refusing a half-written checkpoint")
+            raise CheckpointError(_R("file_changed", flag=flag, root=str(root), file=str(f), size=got["size"],
+                                 expected=want["size"]))
     return Checkpoint(d, state)
 
 

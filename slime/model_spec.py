@@ -30,12 +30,35 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
+from slime.refusals import Refusal, declare, message_of
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODELS_DIR = REPO_ROOT / "scripts" / "models"
 
 
 class ModelSpecError(ValueError):
     """A spec file is missing, malformed, or has a value that is not what its flag takes."""
+
+
+_R = declare("model_spec", {
+    "no_array": "{path}: no MODEL_ARGS=( ... ) array",
+    "shell_variable": "{path}: {token!r} uses a shell variable; spec files must be literal",
+    "not_closed": "{path}: MODEL_ARGS=( is never closed",
+    "stray_value": "unexpected value {token!r} (no flag takes it)",
+    "not_integer": "{flag} {value!r} is not an integer",
+    "not_number": "{flag} {value!r} is not a number",
+    "pattern_terms": "{flag} {text!r}: expected terms like [0]*3+[1]*58",
+    "pattern_layers": "{flag} {text!r} describes {count} layers, the spec has {layers}",
+    "lacks": "{name}: MODEL_ARGS lacks {flags}",
+    "not_found": "model spec not found: {path}",
+    "in_file": "{path}: {error}",
+    "mismatch": "{field}: {config_key} = {config} in config.json, but the spec says {flag} {spec}",
+    "config_missing": "{path} not found: cannot check the checkpoint against the model spec",
+    "config_differs": "refusing {path}: its config.json disagrees with the model spec (MODEL_ARGS) in {count} "
+                      "field(s):\n  - {fields}\nFix the spec file (scripts/models/*.sh) or point at the matching "
+                      "checkpoint; no weights were read.",
+    "could_not_compare": "could not compare: {error}",
+})
 
 
 # --- reading MODEL_ARGS -------------------------------------------------------------------------
@@ -47,7 +70,7 @@ def model_args_from_text(text: str, path: str = "spec") -> list[str]:
     """The tokens of the ``MODEL_ARGS=( ... )`` array (comments dropped)."""
     m = _ARRAY_RE.search(text)
     if not m:
-        raise ModelSpecError(f"{path}: no MODEL_ARGS=( ... ) array")
+        raise ModelSpecError(_R("no_array", path=str(path)))
     lexer = shlex.shlex(text[m.end():], posix=True, punctuation_chars="()")
     lexer.whitespace_split = True
     lexer.commenters = "#"
@@ -56,9 +79,9 @@ def model_args_from_text(text: str, path: str = "spec") -> list[str]:
         if tok == ")":
             return tokens
         if "$" in tok:
-            raise ModelSpecError(f"{path}: {tok!r} uses a shell variable; spec files must be literal")
+            raise ModelSpecError(_R("shell_variable", path=str(path), token=tok))
         tokens.append(tok)
-    raise ModelSpecError(f"{path}: MODEL_ARGS=( is never closed")
+    raise ModelSpecError(_R("not_closed", path=str(path)))
 
 
 def read_model_args(path: str | Path) -> list[str]:
@@ -74,7 +97,7 @@ def flags_from_argv(argv: Sequence[str]) -> dict[str, Any]:
     while i < len(argv):
         tok = argv[i]
         if not tok.startswith("--"):
-            raise ModelSpecError(f"unexpected value {tok!r} (no flag takes it)")
+            raise ModelSpecError(_R("stray_value", token=tok))
         name, eq, val = tok[2:].partition("=")
         key = name.replace("-", "_")
         i += 1
@@ -98,6 +121,11 @@ def load_flags(spec: str | Path | Sequence[str] | Mapping[str, Any]) -> dict[str
     return flags_from_argv(list(spec))
 
 
+def _plain(v: Any) -> Any:
+    """A flag value as a refusal parameter (JSON-friendly: strings and numbers as they are)."""
+    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+
+
 def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
@@ -109,7 +137,7 @@ def _int(flags: Mapping[str, Any], key: str, default: int | None = None) -> int 
     try:
         return int(v)
     except (TypeError, ValueError):
-        raise ModelSpecError(f"{_flag(key)} {v!r} is not an integer") from None
+        raise ModelSpecError(_R("not_integer", flag=_flag(key), value=_plain(v))) from None
 
 
 def _float(flags: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
@@ -119,7 +147,7 @@ def _float(flags: Mapping[str, Any], key: str, default: float | None = None) -> 
     try:
         return float(v)
     except (TypeError, ValueError):
-        raise ModelSpecError(f"{_flag(key)} {v!r} is not a number") from None
+        raise ModelSpecError(_R("not_number", flag=_flag(key), value=_plain(v))) from None
 
 
 def _bool(flags: Mapping[str, Any], key: str) -> bool:
@@ -144,11 +172,11 @@ def parse_layer_pattern(value: Any, num_layers: int, flag: str = "--moe-layer-fr
     for term in text.split("+"):
         m = re.fullmatch(r"\s*\(?\s*(\[[^\]]*\])\s*(?:\*\s*(\d+))?\s*\)?\s*", term)
         if not m:
-            raise ModelSpecError(f"{flag} {text!r}: expected terms like [0]*3+[1]*58")
+            raise ModelSpecError(_R("pattern_terms", flag=flag, text=text))
         items = ast.literal_eval(m.group(1))
         out.extend([int(x) for x in items] * int(m.group(2) or 1))
     if len(out) != num_layers:
-        raise ModelSpecError(f"{flag} {text!r} describes {len(out)} layers, the spec has {num_layers}")
+        raise ModelSpecError(_R("pattern_layers", flag=flag, text=text, count=len(out), layers=num_layers))
     return out
 
 
@@ -372,7 +400,7 @@ def spec_from_flags(flags: Mapping[str, Any], name: str = "spec") -> ModelSpec:
     """Flag dict (underscore keys, as :func:`flags_from_argv` gives) -> :class:`ModelSpec`."""
     missing = [_flag(k) for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in flags]
     if missing:
-        raise ModelSpecError(f"{name}: MODEL_ARGS lacks {', '.join(missing)}")
+        raise ModelSpecError(_R("lacks", name=name, flags=", ".join(missing)))
     layers = _int(flags, "num_layers")
     hidden = _int(flags, "hidden_size")
     heads = _int(flags, "num_attention_heads")
@@ -456,11 +484,11 @@ def load_model_spec(path: str | Path) -> ModelSpec:
     try:
         mtime = os.stat(p).st_mtime_ns
     except FileNotFoundError as exc:
-        raise ModelSpecError(f"model spec not found: {p}") from exc
+        raise ModelSpecError(_R("not_found", path=p)) from exc
     try:
         return _load_cached(p, mtime)
     except ModelSpecError as exc:
-        raise ModelSpecError(f"{p}: {exc}") from exc
+        raise ModelSpecError(_R("in_file", path=p, error=message_of(exc))) from exc
 
 
 def as_spec(spec: ModelSpec | str | Path | Sequence[str] | Mapping[str, Any]) -> ModelSpec:
@@ -487,7 +515,13 @@ class Mismatch:
     spec: Any        # what the spec says
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.key} = {self.config!r} in config.json, but the spec says {self.flag} {self.spec!r}"
+        return self.refusal
+
+    @property
+    def refusal(self) -> Refusal:
+        """This difference as a refusal with its code (values shown as Python literals)."""
+        return _R("mismatch", field=self.field, config_key=self.key, config=repr(self.config), flag=self.flag,
+                  spec=repr(self.spec))
 
 
 def flatten_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -766,15 +800,12 @@ def check_config_file(spec: Any, hf_dir: str | Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / "config.json"
     if not path.exists():
-        raise ConfigMismatchError(f"{path} not found: cannot check the checkpoint against the model spec")
+        raise ConfigMismatchError(_R("config_missing", path=str(path)))
     cfg = json.loads(path.read_text(encoding="utf-8"))
     bad = compare_with_config(spec, cfg)
     if bad:
         raise ConfigMismatchError(
-            f"refusing {path.parent}: its config.json disagrees with the model spec (MODEL_ARGS) in "
-            f"{len(bad)} field(s):\n  - " + "\n  - ".join(map(str, bad))
-            + "\nFix the spec file (scripts/models/*.sh) or point at the matching checkpoint; no weights were read.",
-            bad)
+            _R("config_differs", path=str(path.parent), count=len(bad), fields="\n  - ".join(map(str, bad))), bad)
     return cfg
 
 
@@ -790,7 +821,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
         diffs = compare_with_config(spec, cfg)
     except Exception as exc:  # say why, the caller decides
-        print(f"could not compare: {exc}")
+        print(_R("could_not_compare", error=message_of(exc)))
         return 3
     for d in diffs:
         print(d)

@@ -26,6 +26,17 @@ DECLARING_MODULES = (
     "slime.backends.megatron.capabilities",
     "slime.backends.megatron.model_args",
     "slime.rollout.engines.sglang",
+    "slime.rollout.queue",
+    "slime.model_spec",
+    "slime.data.dataset",
+    "slime.checkpoint",
+    "slime.rollout.engines.external",
+    "slime.ray.runtime",
+    "slime.backends.registry",
+    "slime.rewards.hooks",
+    "slime.ray.placement",
+    "slime.rollout.router",
+    "slime.rollout.client",
 )
 
 
@@ -56,7 +67,7 @@ class Templates:
                 raise ValueError(f"refusal code {code} declared twice with different texts")
             CODES[code] = template
 
-    def __call__(self, key: str, **params: Any) -> Refusal:
+    def __call__(self, key: str, /, **params: Any) -> Refusal:
         return Refusal(f"{self.namespace}.{key}", params)
 
 
@@ -69,6 +80,14 @@ def all_codes() -> dict[str, str]:
     for name in DECLARING_MODULES:
         importlib.import_module(name)
     return dict(CODES)
+
+
+def message_of(exc: BaseException) -> str:
+    """An exception's message, keeping the Refusal (code and params) it was raised with; ``str(exc)``
+    would turn it into plain English."""
+    if len(exc.args) == 1 and isinstance(exc.args[0], Refusal):
+        return exc.args[0]
+    return str(exc)
 
 
 def code_of(message: str) -> tuple[str | None, dict[str, Any]]:

@@ -12,6 +12,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from slime.refusals import declare
+
+_R = declare("backends", {"unknown": "--train-backend {name!r}: unknown; known: {known}"})
+
 
 @dataclass(frozen=True)
 class TrainBackend:
@@ -46,7 +50,7 @@ def get_backend(name: str) -> TrainBackend:
     try:
         return TRAIN_BACKENDS[name]
     except KeyError:
-        raise ValueError(f"--train-backend {name!r}: unknown; known: {', '.join(TRAIN_BACKENDS)}") from None
+        raise ValueError(_R("unknown", name=name, known=", ".join(TRAIN_BACKENDS))) from None
 
 
 def _resolve(path: str) -> Any:

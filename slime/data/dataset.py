@@ -12,6 +12,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slime.refusals import declare
+
+_R = declare("data", {
+    "not_found": "{flag}: file not found: {path}",
+    "format": "{flag}: {path} is neither .jsonl nor .parquet",
+    "bad_json": "{path}:{line}: malformed JSON line ({error} at column {column})",
+    "not_object": "{path}:{line}: expected a JSON object, got {type}",
+    "empty": "{flag}: {path} holds no records",
+    "missing_key": "{path}: record {line} has no key {key!r} ({flag} {key}); keys present: {keys}",
+    "messages_template": "a message-list prompt needs --apply-chat-template",
+    "tools_template": "a record with tools (--tool-key) needs --apply-chat-template: only the chat template knows "
+                      "how to show tools to the model",
+    "none_fits": "{flag}: no prompt of {path} fits --rollout-max-prompt-len {max_len}",
+})
+
 
 class DataError(ValueError):
     """A data problem, with the flag, file and line that caused it."""
@@ -44,13 +59,13 @@ def read_records(path: str | Path, flag: str = "--prompt-data") -> list[dict[str
     """Read every record of a .jsonl or .parquet file; errors name the flag, file and line."""
     p = Path(path)
     if not p.exists():
-        raise DataError(f"{flag}: file not found: {p}")
+        raise DataError(_R("not_found", flag=flag, path=str(p)))
     if p.suffix == ".parquet":
         import pyarrow.parquet as pq
 
         return pq.read_table(p).to_pylist()
     if p.suffix not in (".jsonl", ".json"):
-        raise DataError(f"{flag}: {p} is neither .jsonl nor .parquet")
+        raise DataError(_R("format", flag=flag, path=str(p)))
     records = []
     with p.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
@@ -59,20 +74,18 @@ def read_records(path: str | Path, flag: str = "--prompt-data") -> list[dict[str
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataError(f"{p}:{lineno}: malformed JSON line ({e.msg} at column {e.colno})") from None
+                raise DataError(_R("bad_json", path=str(p), line=lineno, error=e.msg, column=e.colno)) from None
             if not isinstance(rec, dict):
-                raise DataError(f"{p}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+                raise DataError(_R("not_object", path=str(p), line=lineno, type=type(rec).__name__))
             records.append(rec)
     if not records:
-        raise DataError(f"{flag}: {p} holds no records")
+        raise DataError(_R("empty", flag=flag, path=str(p)))
     return records
 
 
 def _field(rec: dict[str, Any], key: str, path: Path, lineno: int, flag: str) -> Any:
     if key not in rec:
-        raise DataError(
-            f"{path}: record {lineno} has no key {key!r} ({flag} {key}); keys present: {sorted(rec)}"
-        )
+        raise DataError(_R("missing_key", path=str(path), line=lineno, key=key, flag=flag, keys=str(sorted(rec))))
     return rec[key]
 
 
@@ -88,10 +101,9 @@ def build_prompt_text(prompt: Any, tokenizer: Any, apply_chat_template: bool, te
             messages, tokenize=False, add_generation_prompt=True, **extra, **template_kwargs
         )
     if not isinstance(prompt, str):
-        raise DataError("a message-list prompt needs --apply-chat-template")
+        raise DataError(_R("messages_template"))
     if tools:
-        raise DataError("a record with tools (--tool-key) needs --apply-chat-template: only the chat template "
-                        "knows how to show tools to the model")
+        raise DataError(_R("tools_template"))
     return prompt
 
 
@@ -124,7 +136,7 @@ def load_prompts(
             continue  # --rollout-max-prompt-len filters long prompts, as users expect
         out.append(PromptRecord(i, prompt, text, tuple(tokens), label, dict(metadata)))
     if not out:
-        raise DataError(f"{flag}: no prompt of {p} fits --rollout-max-prompt-len {max_prompt_len}")
+        raise DataError(_R("none_fits", flag=flag, path=str(p), max_len=max_prompt_len))
     return out
 
 

@@ -18,6 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from slime.config import ClusterConfig
+from slime.refusals import declare
+
+_R = declare("placement", {
+    "pools_do_not_fit": "the pools do not fit the Ray cluster ({detail}); lower --actor-num-gpus-per-node, "
+                        "--rollout-num-gpus or --cpus-per-bundle",
+    "not_ready": "placement group {name} ({bundles}) not ready after {seconds} s: resources are held by other jobs?",
+})
 
 COLOCATED_SHARE = 0.5  # each side's share of a bundle when colocated
 
@@ -109,8 +116,7 @@ def create_pools(c: ClusterConfig, timeout_s: float = 60.0) -> tuple[Pool, Pool]
     short = {k: (v, have.get(k, 0.0)) for k, v in need.items() if have.get(k, 0.0) + 1e-9 < v}
     if short:
         detail = ", ".join(f"{k}: need {v:g}, cluster has {h:g}" for k, (v, h) in short.items())
-        raise RuntimeError(f"the pools do not fit the Ray cluster ({detail}); lower --actor-num-gpus-per-node, "
-                           f"--rollout-num-gpus or --cpus-per-bundle")
+        raise RuntimeError(_R("pools_do_not_fit", detail=detail))
     train_plan, rollout_plan = plans
     train_pg = placement_group(train_plan.bundles, strategy="PACK", name=f"slime-{train_plan.name}")
     pools = [Pool(train_plan, train_pg)]
@@ -124,8 +130,7 @@ def create_pools(c: ClusterConfig, timeout_s: float = 60.0) -> tuple[Pool, Pool]
     for p in {id(p.pg): p for p in pools if p.pg is not None}.values():
         ready, _ = ray.wait([p.pg.ready()], timeout=timeout_s)
         if not ready:
-            raise RuntimeError(f"placement group {p.plan.name} ({p.plan.bundles}) not ready after {timeout_s} s: "
-                               f"resources are held by other jobs?")
+            raise RuntimeError(_R("not_ready", name=p.plan.name, bundles=str(p.plan.bundles), seconds=timeout_s))
     return pools[0], pools[1]
 
 

@@ -11,6 +11,15 @@ from pathlib import Path
 from typing import Any
 
 from slime.config import Config
+from slime.refusals import declare, message_of
+
+_R = declare("preflight", {
+    "ref_load_unconverted": "--ref-load {path}: no {marker}; convert the HF checkpoint first "
+                            "(tools/convert_hf_to_torch_dist_megatron.py)",
+    "critic_load": "{error}; pass --critic-load DIR (a critic saved at that iteration)",
+    "no_gpu": "--train-backend {backend} runs on GPUs and this Ray cluster has none (ray.cluster_resources() lists "
+              "no GPU); start Ray on GPU nodes, or use --train-backend embedded",
+})
 
 
 class PreflightError(SystemExit):
@@ -38,7 +47,7 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
             for name, path in cfg.eval.datasets:
                 check_data(path, cfg.data.input_key, cfg.data.label_key, f"--eval-prompt-data {name}")
         except DataError as e:
-            problems.append(str(e))
+            problems.append(message_of(e))
     try:
         from slime.rewards.hooks import HookLoadError, load_function
 
@@ -55,15 +64,14 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
         if r.dynamic_sampling_filter_path and load_hooks:
             load_function(r.dynamic_sampling_filter_path, kind="dynamic_sampling_filter")
     except (HookLoadError, ValueError) as e:
-        problems.append(str(e))
+        problems.append(message_of(e))
     state: dict[str, Any] = {}
     for flag, path in (("--load", cfg.model.load), ("--ref-load", cfg.model.ref_load)):
         if path and not problems and flag == "--ref-load" and cfg.cluster.train_backend == "megatron":
             from slime.checkpoint import MARKER
 
             if not (Path(path) / MARKER).exists():  # a torch_dist conversion: Megatron's tracker, no state
-                problems.append(f"--ref-load {path}: no {MARKER}; convert the HF checkpoint first "
-                                f"(tools/convert_hf_to_torch_dist_megatron.py)")
+                problems.append(_R("ref_load_unconverted", path=str(path), marker=MARKER))
             continue
         if path and not problems:
             try:
@@ -71,14 +79,14 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
                 if flag == "--load":
                     state = ckpt.state
             except CheckpointError as e:
-                problems.append(str(e))
+                problems.append(message_of(e))
     if not problems and cfg.loss.advantage_estimator == "ppo":
         from slime.checkpoint import resolve_critic
 
         try:
             resolve_critic(cfg.model, cfg.critic)  # resuming the policy resumes its critic, or refuses
         except CheckpointError as e:
-            problems.append(f"{e}; pass --critic-load DIR (a critic saved at that iteration)")
+            problems.append(_R("critic_load", error=message_of(e)))
     if not problems and cfg.cluster.external:
         from slime.rollout.engines.external import check_external_engines
         from slime.sync.weight_sync import default_transport
@@ -91,7 +99,7 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
         try:
             engine_specs(cfg)
         except TranslationError as e:
-            problems.append(str(e))
+            problems.append(message_of(e))
     if problems:
         raise PreflightError(problems)
     from slime.args import warnings
@@ -172,9 +180,7 @@ class Runtime:
         from slime.backends.registry import get_backend
 
         if get_backend(c.train_backend).needs_gpu and not c.use_gpu:
-            raise PreflightError([f"--train-backend {c.train_backend} runs on GPUs and this Ray cluster has none "
-                                  f"(ray.cluster_resources() lists no GPU); start Ray on GPU nodes, or use "
-                                  f"--train-backend embedded"])
+            raise PreflightError([_R("no_gpu", backend=c.train_backend)])
         train_pool, rollout_pool = create_pools(c)
         n = c.num_trainer_ranks
         ppo = cfg.loss.advantage_estimator == "ppo"

@@ -100,6 +100,7 @@ def reward_type_names() -> list[str]:
 _R = declare("rewards", {
     "unknown_type": "unknown --rm-type {name!r}; built-in reward types: {known}, each also as boxed_<name> "
                     "(or give a custom reward function with --custom-rm-path)",
+    "needs_url": "--rm-type {name} needs --rm-url",
 })
 
 
@@ -143,7 +144,7 @@ def make_reward_fn(name: str, rm_url: str | None = None, timeout: float = 60.0, 
     if name.startswith(BOXED_PREFIX):
         return boxed(make_reward_fn(name[len(BOXED_PREFIX):], rm_url, timeout, max_retries))
     if not rm_url:
-        raise ValueError(f"--rm-type {name} needs --rm-url")
+        raise ValueError(_R("needs_url", name=name))
     from slime.rewards.remote import RemoteRewardModel
 
     return RemoteRewardModel(rm_url, timeout, max_retries)

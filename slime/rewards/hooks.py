@@ -38,6 +38,22 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from slime.refusals import declare
+
+_R = declare("hooks", {
+    "file_missing": "[{kind} hook] {path!r}: file {file} does not exist",
+    "not_python": "[{kind} hook] {path!r}: {file} is not a Python file",
+    "import_failed": "[{kind} hook] {path!r}: importing {target} failed: {error}",
+    "module_missing": "[{kind} hook] {path!r}: module {module!r} not found ({error}). Is its folder on PYTHONPATH "
+                      "(for Ray jobs: the runtime env's working_dir/py_modules)?",
+    "package_missing": "[{kind} hook] {path!r}: module {module!r} exists but needs a missing package: {error}",
+    "not_a_path": "[{kind} hook] {path!r} is not a hook path: use 'pkg.module.func' or 'path/to/file.py:func'",
+    "no_attribute": "[{kind} hook] {path!r}: {module} has no attribute {attr!r}; callables there: {public}",
+    "not_callable": "[{kind} hook] {path!r}: {attr!r} is a {type}, not a function",
+    "signature": "[{kind} hook] {path!r}: signature {attr}{signature} does not fit; expected {forms} -> {returns}",
+    "not_async": "[{kind} hook] {path!r}: {attr} must be 'async def' (the caller awaits it)",
+})
+
 
 class HookLoadError(ValueError):
     """A hook path that cannot be resolved to a callable with the right signature."""
@@ -111,7 +127,7 @@ def _is_async(fn: Callable[..., Any]) -> bool:
 def _import_file(file_part: str, kind: str, path: str) -> Any:
     file_path = os.path.abspath(file_part)
     if not os.path.isfile(file_path):
-        raise HookLoadError(f"[{kind} hook] {path!r}: file {file_path} does not exist")
+        raise HookLoadError(_R("file_missing", kind=kind, path=path, file=file_path))
     # A stable, unique module name per file, registered in sys.modules so pickling and
     # dataclasses inside the hook file work.
     name = "_slime_hook_" + hashlib.sha256(file_path.encode()).hexdigest()[:16]
@@ -119,14 +135,14 @@ def _import_file(file_part: str, kind: str, path: str) -> Any:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, file_path)
     if spec is None or spec.loader is None:
-        raise HookLoadError(f"[{kind} hook] {path!r}: {file_path} is not a Python file")
+        raise HookLoadError(_R("not_python", kind=kind, path=path, file=file_path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[name]
-        raise HookLoadError(f"[{kind} hook] {path!r}: importing {file_path} failed: {exc!r}") from exc
+        raise HookLoadError(_R("import_failed", kind=kind, path=path, target=file_path, error=repr(exc))) from exc
     return module
 
 
@@ -135,15 +151,10 @@ def _import_module(module_name: str, kind: str, path: str) -> Any:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise HookLoadError(
-                f"[{kind} hook] {path!r}: module {module_name!r} not found ({exc}). Is its "
-                "folder on PYTHONPATH (for Ray jobs: the runtime env's working_dir/py_modules)?"
-            ) from exc
-        raise HookLoadError(
-            f"[{kind} hook] {path!r}: module {module_name!r} exists but needs a missing package: {exc}"
-        ) from exc
+            raise HookLoadError(_R("module_missing", kind=kind, path=path, module=module_name, error=str(exc))) from exc
+        raise HookLoadError(_R("package_missing", kind=kind, path=path, module=module_name, error=str(exc))) from exc
     except Exception as exc:
-        raise HookLoadError(f"[{kind} hook] {path!r}: importing {module_name!r} failed: {exc!r}") from exc
+        raise HookLoadError(_R("import_failed", kind=kind, path=path, target=repr(module_name), error=repr(exc))) from exc
 
 
 def load_function(dotted_path: str, *, kind: str) -> Callable[..., Any]:
@@ -160,9 +171,7 @@ def load_function(dotted_path: str, *, kind: str) -> Callable[..., Any]:
     else:
         module_part, _, attr = path.rpartition(".")
     if not module_part or not attr:
-        raise HookLoadError(
-            f"[{kind} hook] {dotted_path!r} is not a hook path: use 'pkg.module.func' or 'path/to/file.py:func'"
-        )
+        raise HookLoadError(_R("not_a_path", kind=kind, path=dotted_path))
     if module_part.endswith(".py") or os.sep in module_part:
         module = _import_file(module_part, kind, path)
     else:
@@ -172,20 +181,16 @@ def load_function(dotted_path: str, *, kind: str) -> Callable[..., Any]:
             n for n, v in vars(module).items()
             if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module.__name__
         )
-        raise HookLoadError(
-            f"[{kind} hook] {path!r}: {module_part} has no attribute {attr!r}; callables there: {public}"
-        )
+        raise HookLoadError(_R("no_attribute", kind=kind, path=path, module=module_part, attr=attr, public=str(public)))
     fn = getattr(module, attr)
     if not callable(fn):
-        raise HookLoadError(f"[{kind} hook] {path!r}: {attr!r} is a {type(fn).__name__}, not a function")
+        raise HookLoadError(_R("not_callable", kind=kind, path=path, attr=attr, type=type(fn).__name__))
     if hook_arity(fn, kind) is None:
         forms = " or ".join(f"({', '.join(p)})" for p in contract.signatures)
-        raise HookLoadError(
-            f"[{kind} hook] {path!r}: signature {attr}{inspect.signature(fn)} does not fit; "
-            f"expected {forms} -> {contract.returns}"
-        )
+        raise HookLoadError(_R("signature", kind=kind, path=path, attr=attr, signature=str(inspect.signature(fn)),
+                               forms=forms, returns=contract.returns))
     if contract.must_be_async and not _is_async(fn):
-        raise HookLoadError(f"[{kind} hook] {path!r}: {attr} must be 'async def' (the caller awaits it)")
+        raise HookLoadError(_R("not_async", kind=kind, path=path, attr=attr))
     try:  # remembered so later errors name the configured path, not just the function name
         setattr(fn, _PATH_ATTR, path)
     except (AttributeError, TypeError):

@@ -14,6 +14,10 @@ from typing import Any
 
 import httpx
 
+from slime.refusals import declare
+
+_R = declare("engine", {"not_healthy": "engine {url} not healthy after {seconds} s"})
+
 
 class EngineRequestError(RuntimeError):
     def __init__(self, url: str, status: int, message: str):
@@ -117,7 +121,7 @@ class EngineClient:
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError(f"engine {self.url} not healthy after {timeout} s")
+        raise TimeoutError(_R("not_healthy", url=self.url, seconds=timeout))
 
     def health_generate(self, timeout: float) -> bool:
         """One probe of GET /health_generate (the fault-tolerance heartbeat)."""

@@ -24,9 +24,26 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
+from slime.refusals import declare
+
 FORMAT = "straw-v1"
 INDEX = "index.json"
 SEGMENTS = "segments"
+
+_R = declare("queue", {
+    "index_unreadable": "--rollout-queue-dir {root}: {index} is unreadable; not a straw queue",
+    "other_run": "--rollout-queue-dir {root} holds the queue of run {owner!r}, not --rollout-queue-run-id {run_id!r}: "
+                 "a new experiment takes a fresh run id and a fresh directory; to resume run {owner!r}, pass its id",
+    "no_index": "--rollout-queue-dir {root} holds queue segments but no {index}: not a queue this build wrote "
+                "(or its index was deleted); refusing to guess which records are pending",
+    "in_use": "--rollout-queue-dir {root} is in use by another process (one producer per queue)",
+    "format": "{path}: format {found!r}, expected {expected}",
+    "segment_short": "{path}: {size} bytes on disk but the index committed {committed}: committed records were lost "
+                     "outside the queue (disk or manual edit)",
+    "corrupt_at": "{path}: corrupt committed record at byte {offset}",
+    "corrupt_record": "{path}: record {seq} is corrupt",
+    "unknown_ack": "ack of unknown record {seq}",
+})
 
 
 class QueueError(RuntimeError):
@@ -77,14 +94,11 @@ def check_run_id(root: str | Path, run_id: str) -> None:
         try:
             owner = json.loads(index.read_text()).get("run_id")
         except ValueError:
-            raise QueueError(f"--rollout-queue-dir {root}: {INDEX} is unreadable; not a straw queue") from None
+            raise QueueError(_R("index_unreadable", root=str(root), index=INDEX)) from None
         if owner != run_id:
-            raise QueueError(f"--rollout-queue-dir {root} holds the queue of run {owner!r}, not "
-                             f"--rollout-queue-run-id {run_id!r}: a new experiment takes a fresh run id and a "
-                             f"fresh directory; to resume run {owner!r}, pass its id")
+            raise QueueError(_R("other_run", root=str(root), owner=owner, run_id=run_id))
     elif (root / SEGMENTS).is_dir() and any((root / SEGMENTS).iterdir()):
-        raise QueueError(f"--rollout-queue-dir {root} holds queue segments but no {INDEX}: not a queue this "
-                         f"build wrote (or its index was deleted); refusing to guess which records are pending")
+        raise QueueError(_R("no_index", root=str(root), index=INDEX))
 
 
 class RolloutQueue:
@@ -97,14 +111,13 @@ class RolloutQueue:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
-            raise QueueError(f"--rollout-queue-dir {self.root} is in use by another process "
-                             f"(one producer per queue)") from None
+            raise QueueError(_R("in_use", root=str(self.root))) from None
         self._mutex = threading.RLock()  # the producer's generate and the consumer's ack may overlap
         self.recovered = {"adopted": 0, "torn_bytes": 0}
         if (self.root / INDEX).exists():
             self.index = json.loads((self.root / INDEX).read_text())
             if self.index.get("format") != FORMAT:
-                raise QueueError(f"{self.root / INDEX}: format {self.index.get('format')!r}, expected {FORMAT}")
+                raise QueueError(_R("format", path=str(self.root / INDEX), found=self.index.get("format"), expected=FORMAT))
             self._recover()
         else:
             self.index = {"format": FORMAT, "run_id": run_id, "next_seq": 1, "ack_floor": 0, "acked": [],
@@ -125,8 +138,7 @@ class RolloutQueue:
             p = self._seg_path(seg["name"])
             size = p.stat().st_size if p.exists() else -1
             if size < seg["bytes"]:
-                raise QueueError(f"{p}: {max(size, 0)} bytes on disk but the index committed {seg['bytes']}: "
-                                 f"committed records were lost outside the queue (disk or manual edit)")
+                raise QueueError(_R("segment_short", path=str(p), size=max(size, 0), committed=seg["bytes"]))
         known = {s["name"] for s in segs}
         extra = sorted(p.name for p in (self.root / SEGMENTS).glob("*.jsonl") if p.name not in known)
         # Only the last committed segment and segments created after it can hold uncommitted bytes.
@@ -175,7 +187,7 @@ class RolloutQueue:
             for line in data.splitlines(keepends=True):
                 rec = _decode(line)
                 if rec is None:
-                    raise QueueError(f"{self._seg_path(seg['name'])}: corrupt committed record at byte {off}")
+                    raise QueueError(_R("corrupt_at", path=str(self._seg_path(seg["name"])), offset=off))
                 if not self._is_acked(rec[0]):
                     self._where[rec[0]] = (seg["name"], off, len(line))
                 off += len(line)
@@ -217,7 +229,7 @@ class RolloutQueue:
                 f.seek(off)
                 rec = _decode(f.read(length))
             if rec is None or rec[0] != seq:
-                raise QueueError(f"{self._seg_path(name)}: record {seq} is corrupt")
+                raise QueueError(_R("corrupt_record", path=str(self._seg_path(name)), seq=seq))
             return rec[1]
 
     def pending(self) -> Iterator[tuple[int, Any]]:
@@ -232,7 +244,7 @@ class RolloutQueue:
             if self._is_acked(seq):
                 return
             if seq not in self._where:
-                raise QueueError(f"ack of unknown record {seq}")
+                raise QueueError(_R("unknown_ack", seq=seq))
             acked = set(self.index["acked"]) | {seq}
             floor = self.index["ack_floor"]
             while floor + 1 in acked:

@@ -37,6 +37,14 @@ from fastapi.responses import JSONResponse, Response
 
 from slime.rollout.http_thread import ThreadedServer
 
+from slime.refusals import declare
+
+_R = declare("router", {
+    "exited": "sglang-router exited with {code}: {command}",
+    "exited_log": "sglang-router exited with {code}: {command} (log: {log})",
+    "no_answer": "sglang-router did not answer on {url} within {seconds} s",
+})
+
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 VNODES = 64  # virtual nodes per engine on the hash ring
 
@@ -269,8 +277,10 @@ class SGLangRouterProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"sglang-router exited with {self.proc.returncode}: {' '.join(self.cmd)}"
-                                   + (f" (log: {self.log_path})" if self.log_path else ""))
+                if self.log_path:
+                    raise RuntimeError(_R("exited_log", code=self.proc.returncode, command=" ".join(self.cmd),
+                                          log=str(self.log_path)))
+                raise RuntimeError(_R("exited", code=self.proc.returncode, command=" ".join(self.cmd)))
             try:
                 if httpx.get(self.url + "/workers", timeout=2, trust_env=False).status_code == 200:
                     return self.url
@@ -278,7 +288,7 @@ class SGLangRouterProcess:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise TimeoutError(f"sglang-router did not answer on {self.url} within {timeout:g} s")
+        raise TimeoutError(_R("no_answer", url=self.url, seconds=f"{timeout:g}"))
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

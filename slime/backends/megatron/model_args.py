@@ -41,7 +41,7 @@ from slime.refusals import declare  # noqa: E402
 def _require(flags: Mapping[str, Any], *keys: str) -> None:
     missing = [k for k in keys if flags.get(k) in (None, False)]
     if missing:
-        raise ModelArgsError("the model spec lacks " + ", ".join("--" + k.replace("_", "-") for k in missing))
+        raise ModelArgsError(_S("lacks", flags=", ".join("--" + k.replace("_", "-") for k in missing)))
 
 
 # --- what this backend builds ------------------------------------------------------------------
@@ -57,6 +57,13 @@ LINEAR_ATTENTION_VARIANTS = ("gated_delta_net",)
 _R = declare("megatron.unsupported", {
     **{k: f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items()},
     "linear_attention_variant": "--hybrid-linear-attention {variant}: this backend builds {built} only",
+})
+
+
+_S = declare("megatron.spec", {
+    "lacks": "the model spec lacks {flags}",
+    "cannot_build": "this Megatron backend cannot build the spec: {reasons}",
+    "recompute": "--recompute-granularity {granularity!r}: expected full or selective",
 })
 
 
@@ -106,7 +113,7 @@ def padded_vocab_size(flags: Mapping[str, Any], tp: int = 1) -> int:
     """
     vocab = _int(flags, "vocab_size")
     if vocab is None:
-        raise ModelArgsError("the model spec lacks --vocab-size")
+        raise ModelArgsError(_S("lacks", flags="--vocab-size"))
     div = (_int(flags, "make_vocab_size_divisible_by", 128) or 1) * tp
     return int(math.ceil(vocab / div) * div)
 
@@ -120,7 +127,7 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
     """
     bad = unsupported_flags(flags)
     if bad:
-        raise ModelArgsError("this Megatron backend cannot build the spec: " + "; ".join(bad))
+        raise ModelArgsError(_S("cannot_build", reasons="; ".join(bad)))
     _require(flags, "num_layers", "hidden_size", "num_attention_heads")
     num_layers = _int(flags, "num_layers")
     hidden = _int(flags, "hidden_size")
@@ -288,7 +295,7 @@ def recompute_kwargs(megatron: Mapping[str, Any]) -> dict[str, Any]:
     if gran in (None, False, "none"):
         return {}
     if gran not in ("full", "selective"):
-        raise ModelArgsError(f"--recompute-granularity {gran!r}: expected full or selective")
+        raise ModelArgsError(_S("recompute", granularity=gran))
     kw: dict[str, Any] = {"recompute_granularity": gran}
     if gran == "full":
         kw["recompute_method"] = str(megatron.get("recompute_method", "uniform"))

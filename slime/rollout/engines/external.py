@@ -24,6 +24,24 @@ from typing import Any
 
 import httpx
 
+from slime.refusals import declare
+
+_R = declare("external", {
+    "unreachable": "external engine {addr}: unreachable ({error}); is it started (serving-reference.sh launch)?",
+    "not_sglang": "external engine {addr}: /server_info answered {server_status}, /model_info {model_status}: "
+                  "not an SGLang-protocol engine",
+    "architectures": "external engine {addr}: serves architectures {served}, but --hf-checkpoint {checkpoint} is {want}",
+    "model_type": "external engine {addr}: serves model_type {served!r}, --hf-checkpoint has {want!r}",
+    "model_path": "external engine {addr}: serves model_path {served!r}, not --hf-checkpoint {checkpoint!r}",
+    "not_generation": "external engine {addr}: is not a generation model (is_generation false)",
+    "pd_mode": "external engine {addr}: runs disaggregation_mode {mode!r}; connect PD engines through their router",
+    "tensor": "external engine {addr}: --update-weight-transport tensor needs engines slime places; use disk, http or nccl",
+    "endpoints": "external engine {addr}: lacks weight-update endpoint(s) {missing} needed by "
+                 "--update-weight-transport {transport}",
+    "no_backend": "external engine {addr}: no process-group backend for broadcast updates",
+    "version": "external engine {addr}: SGLang version {version}; slime's weight-update protocol needs >= {minimum}",
+})
+
 ENDPOINTS = {"disk": ["update_weights_from_disk"], "http": ["update_weights_from_tensor"],
              "broadcast": ["init_weights_update_group", "update_weights_from_distributed"],
              "mooncake": ["init_weights_transfer_engine", "update_weights_from_transfer_engine"]}
@@ -41,7 +59,6 @@ def _version_tuple(v: str) -> tuple[int, ...] | None:
 
 def check_engine(addr: str, hf_checkpoint: str, transport: str, timeout: float = 10.0) -> list[str]:
     url = normalize_addr(addr)
-    name = f"external engine {addr}"
     try:
         with httpx.Client(timeout=timeout, trust_env=False) as http:
             info = http.get(url + "/server_info")
@@ -49,10 +66,9 @@ def check_engine(addr: str, hf_checkpoint: str, transport: str, timeout: float =
                 info = http.get(url + "/get_server_info")
             minfo = http.get(url + "/model_info")
     except httpx.HTTPError as e:
-        return [f"{name}: unreachable ({type(e).__name__}: {e}); is it started (serving-reference.sh launch)?"]
+        return [_R("unreachable", addr=addr, error=f"{type(e).__name__}: {e}")]
     if info.status_code != 200 or minfo.status_code != 200:
-        return [f"{name}: /server_info answered {info.status_code}, /model_info {minfo.status_code}: "
-                f"not an SGLang-protocol engine"]
+        return [_R("not_sglang", addr=addr, server_status=info.status_code, model_status=minfo.status_code)]
     si: dict[str, Any] = info.json()
     mi: dict[str, Any] = minfo.json()
     problems: list[str] = []
@@ -60,37 +76,35 @@ def check_engine(addr: str, hf_checkpoint: str, transport: str, timeout: float =
     cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
     want_arch = list(cfg.get("architectures") or [])
     if want_arch and list(mi.get("architectures") or []) != want_arch:
-        problems.append(f"{name}: serves architectures {mi.get('architectures')}, but --hf-checkpoint "
-                        f"{hf_checkpoint} is {want_arch}")
+        problems.append(_R("architectures", addr=addr, served=str(mi.get("architectures")), checkpoint=hf_checkpoint,
+                           want=str(want_arch)))
     if cfg.get("model_type") and mi.get("model_type") and mi["model_type"] != cfg["model_type"]:
-        problems.append(f"{name}: serves model_type {mi['model_type']!r}, --hf-checkpoint has {cfg['model_type']!r}")
+        problems.append(_R("model_type", addr=addr, served=mi["model_type"], want=cfg["model_type"]))
     served = str(mi.get("model_path") or si.get("model_path") or "")
     if served and os.path.realpath(served) != os.path.realpath(hf_checkpoint) \
             and Path(served.rstrip("/")).name != Path(hf_checkpoint.rstrip("/")).name:
-        problems.append(f"{name}: serves model_path {served!r}, not --hf-checkpoint {hf_checkpoint!r}")
+        problems.append(_R("model_path", addr=addr, served=served, checkpoint=hf_checkpoint))
     if mi.get("is_generation") is False:
-        problems.append(f"{name}: is not a generation model (is_generation false)")
+        problems.append(_R("not_generation", addr=addr))
     mode = si.get("disaggregation_mode")
     if mode not in (None, "null"):
-        problems.append(f"{name}: runs disaggregation_mode {mode!r}; connect PD engines through their router")
+        problems.append(_R("pd_mode", addr=addr, mode=mode))
     if transport == "tensor":
-        problems.append(f"{name}: --update-weight-transport tensor needs engines slime places; use disk, http or nccl")
+        problems.append(_R("tensor", addr=addr))
     listed = si.get("weight_update_endpoints")
     need = ENDPOINTS.get(transport, [])
     if isinstance(listed, list):
         missing = [e for e in need if e not in listed]
         if missing:
-            problems.append(f"{name}: lacks weight-update endpoint(s) {missing} needed by --update-weight-transport "
-                            f"{transport}")
+            problems.append(_R("endpoints", addr=addr, missing=str(missing), transport=transport))
         backends = si.get("weight_update_backends")
         if transport == "broadcast" and isinstance(backends, list) and not backends:
-            problems.append(f"{name}: no process-group backend for broadcast updates")
+            problems.append(_R("no_backend", addr=addr))
     else:
         version = str(si.get("version", ""))
         vt = _version_tuple(version)
         if vt is None or vt < MIN_SGLANG:
-            problems.append(f"{name}: SGLang version {version or 'unknown'}; slime's weight-update protocol needs "
-                            f">= {'.'.join(map(str, MIN_SGLANG))}")
+            problems.append(_R("version", addr=addr, version=version or "unknown", minimum=".".join(map(str, MIN_SGLANG))))
     return problems
 
 

@@ -60,6 +60,18 @@ _R = declare("sglang", {
     "hicache_radix": "enable_hierarchical_cache with disable_radix_cache (SGL-6)",
     "unknown_fields": "not SGLang {version} ServerArgs fields known to slime: {fields} "
                       "(see slime/rollout/engines/sglang_flags.py)",
+    "yaml_unreadable": "--sglang-config {path}: cannot read it ({error})",
+    "yaml_syntax": "--sglang-config {path}: not valid YAML ({error})",
+    "yaml_models": "{path}: expected a top-level sglang: list of models",
+    "worker_type": "{path}: model {name}: unknown worker_type {worker_type!r} (one of {known})",
+    "group_gpus": "{path}: model {name}: a {worker_type} group has num_gpus {gpus} (must be > 0)",
+    "group_whole": "{path}: model {name}: {worker_type} group: num_gpus {gpus} is not a multiple of "
+                   "num_gpus_per_engine {per_engine} (engines are placed whole)",
+    "group_mixed": "{path}: model {name} mixes regular with prefill/decode groups; split them into separate "
+                   "model entries (SGL-4)",
+    "pd_pair": "{path}: model {name}: PD needs both a prefill and a decode group",
+    "dist_init_addr": "engine {index} spans {nodes} nodes: it needs a dist_init_addr",
+    "flag_table": "{field} is not in the SGLang flag table",
 })
 
 
@@ -100,7 +112,12 @@ class EngineSpec:
 def _yaml_load(path: str | Path) -> Any:
     import yaml
 
-    return yaml.safe_load(Path(path).read_text())
+    try:
+        return yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise TranslationError(_R("yaml_unreadable", path=str(path), error=e.strerror or type(e).__name__)) from None
+    except yaml.YAMLError as e:
+        raise TranslationError(_R("yaml_syntax", path=str(path), error=str(e).splitlines()[0])) from None
 
 
 def load_server_groups(path: str | Path, hf_checkpoint: str | None = None) -> list[ServerGroup]:
@@ -108,7 +125,7 @@ def load_server_groups(path: str | Path, hf_checkpoint: str | None = None) -> li
     data = _yaml_load(path) or {}
     models = data.get("sglang") if isinstance(data, dict) else None
     if not isinstance(models, list) or not models:
-        raise TranslationError(f"{path}: expected a top-level `sglang:` list of models")
+        raise TranslationError(_R("yaml_models", path=str(path)))
     groups: list[ServerGroup] = []
     for m in models:
         name = m.get("name", "actor")
@@ -120,22 +137,20 @@ def load_server_groups(path: str | Path, hf_checkpoint: str | None = None) -> li
         for g in m.get("server_groups") or []:
             wt = g.get("worker_type", "regular")
             if wt not in WORKER_TYPES:
-                raise TranslationError(f"{path}: model {name}: unknown worker_type {wt!r} (one of {WORKER_TYPES})")
+                raise TranslationError(_R("worker_type", path=str(path), name=name, worker_type=wt, known=str(WORKER_TYPES)))
             n = int(g.get("num_gpus", 0))
             if n <= 0:
-                raise TranslationError(f"{path}: model {name}: a {wt} group has num_gpus {n} (must be > 0)")
+                raise TranslationError(_R("group_gpus", path=str(path), name=name, worker_type=wt, gpus=n))
             e = int(g.get("num_gpus_per_engine", 1))
             if e <= 0 or n % e:
-                raise TranslationError(f"{path}: model {name}: {wt} group: num_gpus {n} is not a multiple of "
-                                       f"num_gpus_per_engine {e} (engines are placed whole)")
+                raise TranslationError(_R("group_whole", path=str(path), name=name, worker_type=wt, gpus=n, per_engine=e))
             kinds.add(wt)
             overrides = {canonical(k): v for k, v in (g.get("overrides") or {}).items()}
             groups.append(ServerGroup(wt, n, e, overrides, name, mpath, bool(upd)))
         if "regular" in kinds and kinds & {"prefill", "decode"}:
-            raise TranslationError(f"{path}: model {name} mixes regular with prefill/decode groups; "
-                                   f"split them into separate model entries (SGL-4)")
+            raise TranslationError(_R("group_mixed", path=str(path), name=name))
         if bool(kinds & {"prefill"}) != bool(kinds & {"decode"}):
-            raise TranslationError(f"{path}: model {name}: PD needs both a prefill and a decode group")
+            raise TranslationError(_R("pd_pair", path=str(path), name=name))
     return groups
 
 
@@ -242,7 +257,7 @@ def launch_fields(spec: EngineSpec, *, model_path: str, host: str, port: int, nc
         f["enable_memory_saver"] = True
     if nnodes > 1:
         if not dist_init_addr:
-            raise TranslationError(f"engine {spec.index} spans {nnodes} nodes: it needs a dist_init_addr")
+            raise TranslationError(_R("dist_init_addr", index=spec.index, nodes=nnodes))
         f.update(nnodes=nnodes, node_rank=node_rank, dist_init_addr=dist_init_addr)
     return f
 
@@ -252,7 +267,7 @@ def to_argv(fields: dict[str, Any]) -> list[str]:
     argv: list[str] = []
     for k, v in fields.items():
         if k not in FLAGS:
-            raise TranslationError(f"{k} is not in the SGLang flag table")
+            raise TranslationError(_R("flag_table", field=k))
         if FLAGS[k] == SWITCH:
             if _truthy(v):
                 argv.append(flag(k))
