@@ -70,8 +70,8 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
 def _words(line: int, text: str) -> list[str]:
     try:
         return shlex.split(text, comments=True)
-    except ValueError as exc:  # shlex knows two: an unclosed quotation, a trailing backslash
-        raise ScriptImportError(line, "import.syntax.quote" if "quotation" in str(exc) else "import.syntax.escape") from None
+    except ValueError:  # shlex's other refusal, a trailing backslash, cannot come: _logical_lines joins it
+        raise ScriptImportError(line, "import.syntax.quote") from None
 
 
 def _expand(words: list[str], scalars: dict[str, str], arrays: dict[str, list[str]]) -> list[str]:

@@ -122,15 +122,14 @@ def _envelope(link_or_token: str) -> dict[str, Any]:
 
 def _check_side(choices: Any, side: str) -> dict[str, Any]:
     if not isinstance(choices, dict):
-        raise ShareError(f"share link is corrupt: {side} is not an object")
+        raise ShareError(key="error.share.side", params={"side": side})
     try:
         leaves = flatten_choices(choices)
     except ValueError as exc:
-        raise ShareError(f"share link names a field this lab does not know: {exc}") from exc
+        raise ShareError(key="error.share.unknown_field", params={"field": getattr(exc, "field", "") or str(exc)}) from exc
     private = sorted(p for p in leaves if p in PRIVATE_FIELDS)
     if private:
-        raise ShareError(f"share link refused: it contains private fields ({', '.join(private)}); "
-                         "links never carry paths, addresses, devices or hooks")
+        raise ShareError(key="error.share.private", params={"fields": ", ".join(private)})
     return choices
 
 
@@ -139,9 +138,8 @@ def decode_link(link_or_token: str) -> dict[str, Any]:
     env = _envelope(link_or_token)
     if "choices" not in env:
         if "a" in env and "b" in env:
-            raise ShareError("this is an A/B share link: it carries two experiments, A and B; open it on the page, "
-                             "or print both with: slime-lab share --open LINK")
-        raise ShareError("share link is corrupt: no choices")
+            raise ShareError(key="error.share.ab_link")
+        raise ShareError(key="error.share.no_choices")
     return _check_side(env["choices"], "choices")
 
 
