@@ -13,7 +13,10 @@ English is rendered into the HTML; GET /locales/<lang>.json serves a locale to `
 First load: the page carries what its first draw needs for a visitor without a stored workspace,
 as JSON data blocks (not scripts, so the CSP has nothing to allow): the English locale and the
 API's answer to `view` for a fresh workspace. The page then draws without a request. A visitor
-with a stored workspace, another language or a share link asks the API as before.
+with a stored workspace, another language or a share link asks the API as before. The controls
+come set to that answer's values, and steps 2-6 come inert in a <template> that app.js inserts
+before its first draw, so the browser's first layout covers what a first visit sees
+(docs/benchmarks.md, "First load").
 """
 from __future__ import annotations
 
