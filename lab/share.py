@@ -146,7 +146,7 @@ def decode_link(link_or_token: str) -> dict[str, Any]:
 def decode_ab_link(link_or_token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     env = _envelope(link_or_token)
     if "a" not in env or "b" not in env:
-        raise ShareError("not an A/B share link (it has no a and b sides)")
+        raise ShareError(key="error.share.not_ab")
     return _check_side(env["a"], "a"), _check_side(env["b"], "b")
 
 
@@ -180,6 +180,7 @@ def checked_choices(link_or_token: str) -> dict[str, Any]:
         try:
             apply_choices(Workspace(), choices, "check share link")
         except ChangeError as exc:
-            where = "" if side == "choices" else f"side {side.upper()}: "
-            raise ShareError(f"share link holds a value this lab refuses: {where}{exc}") from exc
+            why = {"key": exc.key, "params": exc.params} if exc.key else exc.message
+            key = "error.share.refused" if side == "choices" else "error.share.refused_side"
+            raise ShareError(key=key, params={"side": side.upper(), "field": exc.field, "why": why}) from exc
     return sides

@@ -80,3 +80,24 @@ def test_a_pydantic_error_without_its_own_text_names_its_type_in_either_language
     t = pydantic_text({"type": "uuid_parsing", "msg": "Input should be a valid UUID", "ctx": {}})
     assert t.key == "input.invalid" and t.params == {"type": "uuid_parsing"}
     assert "uuid_parsing" in render(t.key, t.params, "zh") and CJK.search(render(t.key, t.params, "zh"))
+
+
+def _link(envelope: dict) -> str:
+    from lab.share import _encode
+
+    return "#s=" + _encode(envelope)
+
+
+@pytest.mark.parametrize(("envelope", "key"), [
+    ({"v": 1, "schema": 2, "choices": {"placement": {"nodes": -1}}}, "error.share.refused"),
+    ({"v": 1, "schema": 2, "a": {"placement": {"nodes": -1}}, "b": {}}, "error.share.refused_side"),
+    ({"v": 1, "schema": 2, "choices": {"paths": {"save": "/x"}}}, "error.share.private"),
+    ({"v": 1, "schema": 2, "choices": 3}, "error.share.side"),
+    ({"v": 1, "schema": 2, "a": {}}, "error.share.no_choices"),
+])
+def test_a_refused_share_link_is_worded_in_the_pages_language(client, envelope, key):
+    r = client.post("/api/share/open", json={"link": _link(envelope)}, headers={"accept-language": "zh"})
+    d = r.json()["detail"][0]
+    assert r.status_code == 400 and d["type"] == key and CJK.search(d["msg"]), d
+    en = client.post("/api/share/open", json={"link": _link(envelope)}).json()["detail"][0]
+    assert not CJK.search(en["msg"]) and en["msg"].startswith(("share link", "this is")), en
