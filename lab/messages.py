@@ -6,7 +6,9 @@
   (a Finding carries `message_id` = the prefix and `params`);
 - `term.*`: words used inside another message (a parameter `{"key": "term.…", "params": {…}}`);
 - `change.*`: the reasons of dependent changes (`lab.rules`, `lab.workspace`), `repair.*`: repair
-  titles (`lab.repair`), `label.*`: history labels, `memory.*`: memory item names and exclusions.
+  titles (`lab.repair`), `label.*`: history labels, `memory.*`: memory item names and exclusions;
+- `error.*`, `input.*`, `import.*`: refusals of bad input (ChangeError, LoadError, ShareError,
+  ScriptImportError; pydantic's own errors through `pydantic_text`), worded at the API edge too.
 
 Every producer emits a `Text` (key + parameters), never a finished sentence: a FieldChange carries
 `reason_id`/`reason_params`, a HistoryEntry `label_id`/`label_params`, a Repair `title_id`/`params`,
