@@ -138,7 +138,9 @@ async def share_open(request: Request) -> OpenResponse:
         raise _error(501, ["body"], "sharing is not available in this build (lab/share.py is missing)") from None
     try:
         sides = share_mod.checked_choices(body.link)
-    except share_mod.ShareError as exc:  # the message names what is wrong with the link
+    except share_mod.ShareError as exc:  # the message names what is wrong with the link, in the request's language
+        if exc.key:
+            raise body_error(400, ["body", "link"], exc.key, exc.params, request_lang(request)) from None
         raise _error(400, ["body", "link"], str(exc)) from None
     choices = sides.get("choices", sides)
     return OpenResponse(choices=choices)

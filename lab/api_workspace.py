@@ -154,7 +154,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         try:
             imported = import_script(action.text or "")
         except ScriptImportError as exc:  # names the line; the workspace stays as it was
-            raise ChangeError("action.text", str(exc)) from exc
+            raise ChangeError("action.text", str(exc), exc.key, exc.params) from exc
         loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), msg("label.import_script"))
         return loaded.model_copy(update={"a": imported.a})  # B against the closest recipe as A
     if t == "apply_repair":
@@ -163,7 +163,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         if not action.id:
             raise ChangeError("action.id", key="error.action.no_repair_id")
         return apply_repair(ws, action.id)
-    raise ChangeError("action.type", f"unknown action {t!r}")  # pragma: no cover - Literal guards it
+    raise ChangeError("action.type", key="error.action.unknown", params={"type": repr(t)})  # pragma: no cover - Literal guards it
 
 
 # --- what the page draws ------------------------------------------------------------------------

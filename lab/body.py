@@ -25,18 +25,6 @@ MAX_BODY_BYTES = 1_000_000  # an experiment is a few KiB, a workspace with full 
 
 M = TypeVar("M", bound=BaseModel)
 
-# pydantic error type -> (catalogue key, {param: ctx key or a catalogue reference})
-_KINDS = {
-    "int_type": "integer", "int_parsing": "integer", "int_from_float": "integer",
-    "float_type": "number", "float_parsing": "number", "bool_type": "bool", "bool_parsing": "bool",
-    "string_type": "text", "list_type": "list", "dict_type": "object", "model_type": "object",
-    "model_attributes_type": "object",
-}
-_BOUNDS = {"greater_than_equal": ("input.ge", "ge"), "greater_than": ("input.gt", "gt"),
-           "less_than_equal": ("input.le", "le"), "less_than": ("input.lt", "lt"),
-           "string_too_long": ("input.too_long", "max_length"), "string_too_short": ("input.too_short", "min_length")}
-
-
 def lang_of(accept_language: str) -> str:
     """The language of the answer's messages: the first tag of Accept-Language ('zh', 'zh-CN' → zh)."""
     return messages.normalize_lang(accept_language.split(",", 1)[0].split(";", 1)[0])
@@ -52,24 +40,9 @@ def error(status: int, loc: list[Any], key: str, params: dict[str, Any], lang: s
 
 
 def pydantic_message(err: dict[str, Any], lang: str) -> str:
-    """One pydantic error as a message in `lang`; types without a catalogue entry keep pydantic's text."""
-    kind, ctx = err["type"], err.get("ctx") or {}
-    if kind == "text_rule":
-        return messages.localize_text(ctx["key"], ctx["params"], lang)
-    if kind == "missing":
-        return messages.localize_text("input.missing", {}, lang)
-    if kind == "extra_forbidden":
-        return messages.localize_text("input.unknown_field", {}, lang)
-    if kind == "literal_error":
-        return messages.localize_text("input.choice", {"expected": ctx.get("expected", "")}, lang)
-    if kind == "string_pattern_mismatch":
-        return messages.localize_text("input.pattern", {"pattern": ctx.get("pattern", "")}, lang)
-    if kind in _BOUNDS:
-        key, name = _BOUNDS[kind]
-        return messages.localize_text(key, {"limit": ctx.get(name)}, lang)
-    if kind in _KINDS:
-        return messages.localize_text("input.type", {"expected": messages.ref(f"input.kind.{_KINDS[kind]}")}, lang)
-    return str(err["msg"])
+    """One pydantic error as a message in `lang` (lab/messages.py names each type's text)."""
+    t = messages.pydantic_text(err)
+    return messages.localize_text(t.key, t.params, lang)
 
 
 def validation_detail(exc: ValidationError, lang: str, prefix: tuple[Any, ...] = ("body",)) -> list[dict[str, Any]]:

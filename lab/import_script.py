@@ -29,9 +29,17 @@ _ENTRY = re.compile(r"(?:^|/)(train|train_async)\.py$")
 
 
 class ScriptImportError(ValueError):
-    def __init__(self, line: int, message: str) -> None:
-        super().__init__(f"line {line}: {message}")
+    """A script this importer cannot read, naming its line. `key` + `params` are the catalogue text
+    (lab/locales/messages.*.json, `import.*`; `line` is one of the params): the API words it in the
+    page's language; `str()` is its English."""
+
+    def __init__(self, line: int, key: str, **params: Any) -> None:
+        from lab.messages import render
+
         self.line = line
+        self.key = key
+        self.params = {"line": line, **params}
+        super().__init__(render(key, self.params, "en"))
 
 
 @dataclass
@@ -62,8 +70,8 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
 def _words(line: int, text: str) -> list[str]:
     try:
         return shlex.split(text, comments=True)
-    except ValueError as exc:
-        raise ScriptImportError(line, f"shell syntax this importer cannot read ({exc})") from None
+    except ValueError:  # shlex's other refusal, a trailing backslash, cannot come: _logical_lines joins it
+        raise ScriptImportError(line, "import.syntax.quote") from None
 
 
 def _expand(words: list[str], scalars: dict[str, str], arrays: dict[str, list[str]]) -> list[str]:
@@ -104,7 +112,7 @@ def read_script(text: str) -> LaunchScript:
             name, body, start = m.group(1), m.group(2)[1:], n
             while not re.search(r"\)\s*(#.*)?$", body):
                 if i >= len(lines):
-                    raise ScriptImportError(start, f"the array {name}=( is never closed with )")
+                    raise ScriptImportError(start, "import.array_open", name=name)
                 body += "\n" + lines[i][1]
                 i += 1
             body = re.sub(r"\)\s*(#.*)?$", "", body.rstrip())
@@ -132,7 +140,7 @@ def read_script(text: str) -> LaunchScript:
                 entry_argv = _expand(words[k + 1:], scalars, arrays)
                 break
     if entry_argv is None:
-        raise ScriptImportError(len(text.splitlines()) or 1, "no command runs train.py or train_async.py")
+        raise ScriptImportError(len(text.splitlines()) or 1, "import.no_entry")
     return LaunchScript(entry_argv, entry, spec, model_args)
 
 
@@ -253,12 +261,12 @@ def import_script(text: str) -> Imported:
         path = reverse.get(flag) or _STRUCTURAL.get(flag)
         if path and path != EXTRA_FLAGS_PATH:
             if not values and "bool" not in str(_TYPES[path]):
-                raise ScriptImportError(line_of(text, flag), f"{flag} has no value (it sets {path})")
+                raise ScriptImportError(line_of(text, flag), "import.no_value", flag=flag, path=path)
             try:
                 changes.append((path, _convert(path, values)))
             except ValueError:
-                raise ScriptImportError(line_of(text, flag),
-                                        f"{flag} {' '.join(values)}: not a valid value for {path}") from None
+                raise ScriptImportError(line_of(text, flag), "import.bad_value", flag=flag, values=" ".join(values),
+                                        path=path) from None
             consumed.add(flag)
     if "--eval-prompt-data" in given and len(given["--eval-prompt-data"]) >= 2:
         changes += [("evaluation.enabled", True), ("evaluation.name", given["--eval-prompt-data"][0]),

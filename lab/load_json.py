@@ -110,17 +110,18 @@ class LoadedChoices:
 
 
 def _unknown(path: str, where: str) -> LoadError:
+    where_ref = {"key": f"term.load.{where}"}  # the form's name, worded in the page's language
     close = difflib.get_close_matches(path, sorted(LEAF_FIELDS), n=1)
     if close:
-        return LoadError(field=path, key="error.load.unknown_field_hint", params={"where": where, "path": repr(path), "close": repr(close[0])})
-    return LoadError(field=path, key="error.load.unknown_field", params={"where": where, "path": repr(path)})
+        return LoadError(field=path, key="error.load.unknown_field_hint", params={"where": where_ref, "path": repr(path), "close": repr(close[0])})
+    return LoadError(field=path, key="error.load.unknown_field", params={"where": where_ref, "path": repr(path)})
 
 
 def _flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in obj.items():
         if not isinstance(key, str):
-            raise LoadError(f"field names must be strings, got {key!r}")
+            raise LoadError(key="error.load.key_not_text", params={"key": repr(key)})
         path = f"{prefix}{key}"
         if isinstance(value, dict) and path not in LEAF_FIELDS:
             flat.update(_flatten(value, path + "."))
@@ -141,7 +142,7 @@ def _nest(flat: dict[str, Any], where: str) -> dict[str, Any]:
 def _migrate_schema1(doc: dict[str, Any]) -> dict[str, Any]:
     choices = doc.get("choices")
     if not isinstance(choices, dict):
-        raise LoadError('schema 1 export: "choices" must be an object of flat keys', field="choices")
+        raise LoadError(field="choices", key="error.load.s1_choices")
     flat: dict[str, Any] = {}
     for key, value in choices.items():
         if key == "eval":
@@ -149,20 +150,21 @@ def _migrate_schema1(doc: dict[str, Any]) -> dict[str, Any]:
                 flat["evaluation.enabled"] = False
                 continue
             if not isinstance(value, dict):
-                raise LoadError('schema 1 export: "eval" must be an object or null', field="choices.eval")
+                raise LoadError(field="choices.eval", key="error.load.s1_eval")
             flat["evaluation.enabled"] = True
             for ekey, evalue in value.items():
                 if ekey not in SCHEMA1_EVAL_KEYS:
-                    raise LoadError(f"schema 1 export: unknown eval key {ekey!r}; known: {', '.join(SCHEMA1_EVAL_KEYS)}",
-                                    field=f"choices.eval.{ekey}")
+                    raise LoadError(field=f"choices.eval.{ekey}", key="error.load.s1_eval_key",
+                                    params={"key": repr(ekey), "known": ", ".join(SCHEMA1_EVAL_KEYS)})
                 flat[SCHEMA1_EVAL_KEYS[ekey]] = evalue
             continue
         if key not in SCHEMA1_KEYS:
             close = difflib.get_close_matches(key, list(SCHEMA1_KEYS), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise LoadError(f"schema 1 export: unknown key {key!r}{hint}", field=f"choices.{key}")
+            if close:
+                raise LoadError(field=f"choices.{key}", key="error.load.s1_key_hint", params={"key": repr(key), "close": repr(close[0])})
+            raise LoadError(field=f"choices.{key}", key="error.load.s1_key", params={"key": repr(key)})
         flat[SCHEMA1_KEYS[key]] = value
-    return _nest(flat, "schema 1 export")
+    return _nest(flat, "schema1")
 
 
 def parse_document(text: str | bytes) -> LoadedChoices:
@@ -190,7 +192,7 @@ def parse_document(text: str | bytes) -> LoadedChoices:
         if schema == SCHEMA_VERSION:
             exp = doc.get("experiment")
             if not isinstance(exp, dict):
-                raise LoadError('export: "experiment" must be an object', field="experiment")
+                raise LoadError(field="experiment", key="error.load.experiment")
             return LoadedChoices("export", _nest(_flatten(exp), "export"))
         raise LoadError(field="schema", key="error.load.unknown_schema", params={"schema": repr(schema), "current": SCHEMA_VERSION})
     return LoadedChoices("choices", _nest(_flatten(doc), "choices"))

@@ -6,7 +6,9 @@
   (a Finding carries `message_id` = the prefix and `params`);
 - `term.*`: words used inside another message (a parameter `{"key": "term.…", "params": {…}}`);
 - `change.*`: the reasons of dependent changes (`lab.rules`, `lab.workspace`), `repair.*`: repair
-  titles (`lab.repair`), `label.*`: history labels, `memory.*`: memory item names and exclusions.
+  titles (`lab.repair`), `label.*`: history labels, `memory.*`: memory item names and exclusions;
+- `error.*`, `input.*`, `import.*`: refusals of bad input (ChangeError, LoadError, ShareError,
+  ScriptImportError; pydantic's own errors through `pydantic_text`), worded at the API edge too.
 
 Every producer emits a `Text` (key + parameters), never a finished sentence: a FieldChange carries
 `reason_id`/`reason_params`, a HistoryEntry `label_id`/`label_params`, a Repair `title_id`/`params`,
@@ -112,6 +114,44 @@ def localize_text(key: str, params: dict[str, Any] | None = None, lang: str = DE
         return render(key, params, lang)
     except MissingMessage:
         return render(key, params, DEFAULT_LANG)
+
+
+# --- pydantic's errors ----------------------------------------------------------------------------
+
+# pydantic error type → the kind of value it expected (input.kind.*)
+_PYDANTIC_KINDS = {
+    "int_type": "integer", "int_parsing": "integer", "int_from_float": "integer",
+    "float_type": "number", "float_parsing": "number", "bool_type": "bool", "bool_parsing": "bool",
+    "string_type": "text", "list_type": "list", "dict_type": "object", "model_type": "object",
+    "model_attributes_type": "object",
+}
+# pydantic error type → (catalogue key, the ctx entry holding the limit)
+_PYDANTIC_BOUNDS = {"greater_than_equal": ("input.ge", "ge"), "greater_than": ("input.gt", "gt"),
+                    "less_than_equal": ("input.le", "le"), "less_than": ("input.lt", "lt"),
+                    "string_too_long": ("input.too_long", "max_length"),
+                    "string_too_short": ("input.too_short", "min_length")}
+
+
+def pydantic_text(err: dict[str, Any]) -> Text:
+    """One pydantic error (an item of `ValidationError.errors()`) as a catalogue text, so that it
+    reaches the user in the page's language. A type without its own entry is `input.invalid`,
+    naming pydantic's type code (a technical word, the same in every language)."""
+    kind, ctx = err["type"], err.get("ctx") or {}
+    if kind == "text_rule":
+        return Text(key=ctx["key"], params=ctx["params"])
+    simple = {"missing": "input.missing", "extra_forbidden": "input.unknown_field"}
+    if kind in simple:
+        return Text(key=simple[kind])
+    if kind == "literal_error":
+        return Text(key="input.choice", params={"expected": ctx.get("expected", "")})
+    if kind == "string_pattern_mismatch":
+        return Text(key="input.pattern", params={"pattern": ctx.get("pattern", "")})
+    if kind in _PYDANTIC_BOUNDS:
+        key, name = _PYDANTIC_BOUNDS[kind]
+        return Text(key=key, params={"limit": ctx.get(name)})
+    if kind in _PYDANTIC_KINDS:
+        return Text(key="input.type", params={"expected": ref(f"input.kind.{_PYDANTIC_KINDS[kind]}")})
+    return Text(key="input.invalid", params={"type": kind})
 
 
 # --- findings -------------------------------------------------------------------------------------

@@ -13,7 +13,10 @@ English is rendered into the HTML; GET /locales/<lang>.json serves a locale to `
 First load: the page carries what its first draw needs for a visitor without a stored workspace,
 as JSON data blocks (not scripts, so the CSP has nothing to allow): the English locale and the
 API's answer to `view` for a fresh workspace. The page then draws without a request. A visitor
-with a stored workspace, another language or a share link asks the API as before.
+with a stored workspace, another language or a share link asks the API as before. The controls
+come set to that answer's values, and steps 2-6 come inert in a <template> that app.js inserts
+before its first draw, so the browser's first layout covers what a first visit sees
+(docs/benchmarks.md, "First load").
 """
 from __future__ import annotations
 
@@ -184,7 +187,29 @@ def render_page() -> str:
     from lab.doc_links import SEE, WHY, WHY_EXTRA
     from lab.load_json import MAX_BYTES
 
+    def shown(path: str) -> str | None:
+        """The control's value for the first answer, as app.js writes it (`String(v)`), so that its
+        first draw finds every control already set: setting a <select> costs the first load
+        milliseconds each. None: leave the control as the browser makes it (app.js sets it)."""
+        node: Any = first["workspace"]["b"] if first else None
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if node is None or isinstance(node, (dict, bool)):
+            return None
+        if isinstance(node, list):
+            return ", ".join(str(x) for x in node)
+        if isinstance(node, float):
+            return str(int(node)) if node.is_integer() else repr(node)
+        return str(node)
+
+    def checked(path: str) -> bool:
+        node: Any = first["workspace"]["b"] if first else None
+        for part in path.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node is True
+
     html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES,
+                                                            shown=shown, checked=checked,
                                                             why=WHY.get, why_extra=WHY_EXTRA, see_links=SEE,
                                                             boot_locale=_json_block(en), boot_view=_json_block(first) if first else None)
     missing = set(specs) - used

@@ -28,7 +28,7 @@ from lab.checks import CHECKS
 from lab.derive import ETP, Derived, derive  # noqa: F401  (re-exported: rules.derive is the contract)
 from lab.experiment import EXTRA_FLAGS_PATH, LEAF_FIELDS, Experiment, get_path, iter_field_paths, set_path
 from lab.findings import Finding
-from lab.messages import Text, render, text
+from lab.messages import Text, pydantic_text, render, text
 from lab.model_spec import ModelSpecError, spec_for_recipe
 from lab.recipes import Recipe, RecipeError, all_recipes, get_recipe
 
@@ -127,7 +127,7 @@ def validated(data: dict[str, Any], hint_path: str | None = None) -> Experiment:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"] if not isinstance(x, int)) or (hint_path or "experiment")
-        msg, t, value = err["msg"], err["type"], err.get("input")
+        t, value = err["type"], err.get("input")
         if t == "extra_forbidden":
             raise unknown_field_error(loc) from exc
         if loc in _FIELD_INFO and t in {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}:
@@ -142,7 +142,8 @@ def validated(data: dict[str, Any], hint_path: str | None = None) -> Experiment:
             raise ChangeError(loc, key="error.choice", params={"value": repr(value), "options": options}) from exc
         if t == "string_pattern_mismatch":
             raise ChangeError(loc, key="error.pattern", params={"pattern": err.get("ctx", {}).get("pattern", "")}) from exc
-        raise ChangeError(loc, msg) from exc
+        other = pydantic_text(err)  # a section that is not an object, a refused character, …
+        raise ChangeError(loc, key=other.key, params=other.params) from exc
 
 
 # --- dependent changes ----------------------------------------------------------------------------

@@ -122,15 +122,14 @@ def _envelope(link_or_token: str) -> dict[str, Any]:
 
 def _check_side(choices: Any, side: str) -> dict[str, Any]:
     if not isinstance(choices, dict):
-        raise ShareError(f"share link is corrupt: {side} is not an object")
+        raise ShareError(key="error.share.side", params={"side": side})
     try:
         leaves = flatten_choices(choices)
     except ValueError as exc:
-        raise ShareError(f"share link names a field this lab does not know: {exc}") from exc
+        raise ShareError(key="error.share.unknown_field", params={"field": getattr(exc, "field", "") or str(exc)}) from exc
     private = sorted(p for p in leaves if p in PRIVATE_FIELDS)
     if private:
-        raise ShareError(f"share link refused: it contains private fields ({', '.join(private)}); "
-                         "links never carry paths, addresses, devices or hooks")
+        raise ShareError(key="error.share.private", params={"fields": ", ".join(private)})
     return choices
 
 
@@ -139,16 +138,15 @@ def decode_link(link_or_token: str) -> dict[str, Any]:
     env = _envelope(link_or_token)
     if "choices" not in env:
         if "a" in env and "b" in env:
-            raise ShareError("this is an A/B share link: it carries two experiments, A and B; open it on the page, "
-                             "or print both with: slime-lab share --open LINK")
-        raise ShareError("share link is corrupt: no choices")
+            raise ShareError(key="error.share.ab_link")
+        raise ShareError(key="error.share.no_choices")
     return _check_side(env["choices"], "choices")
 
 
 def decode_ab_link(link_or_token: str) -> tuple[dict[str, Any], dict[str, Any]]:
     env = _envelope(link_or_token)
     if "a" not in env or "b" not in env:
-        raise ShareError("not an A/B share link (it has no a and b sides)")
+        raise ShareError(key="error.share.not_ab")
     return _check_side(env["a"], "a"), _check_side(env["b"], "b")
 
 
@@ -182,6 +180,7 @@ def checked_choices(link_or_token: str) -> dict[str, Any]:
         try:
             apply_choices(Workspace(), choices, "check share link")
         except ChangeError as exc:
-            where = "" if side == "choices" else f"side {side.upper()}: "
-            raise ShareError(f"share link holds a value this lab refuses: {where}{exc}") from exc
+            why = {"key": exc.key, "params": exc.params} if exc.key else exc.message
+            key = "error.share.refused" if side == "choices" else "error.share.refused_side"
+            raise ShareError(key=key, params={"side": side.upper(), "field": exc.field, "why": why}) from exc
     return sides

@@ -128,7 +128,7 @@ def edit_many(ws: Workspace, values: dict[str, Any], label: str | Text) -> Works
 def flatten_choices(choices: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """A nested (or dotted) choices dict → {leaf path: value}; unknown keys raise ChangeError."""
     if not isinstance(choices, dict):
-        raise ChangeError(prefix.rstrip(".") or "choices", "must be an object of sections and fields")
+        raise ChangeError(prefix.rstrip(".") or "choices", key="error.not_sections")
     out: dict[str, Any] = {}
     for key, value in choices.items():
         path = f"{prefix}{key}"

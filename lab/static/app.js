@@ -482,6 +482,10 @@ async function init() {
   performance.mark("lab:init");
   if (document.readyState === "loading") await new Promise((r) => document.addEventListener("DOMContentLoaded", r, { once: true }));
   performance.mark("lab:dom");
+  // Steps 2-6 come as a <template> (lab/templates/index.html): inert while the page parses, so the
+  // browser lays out and paints only the intro and step 1 before this point, and the rest once, here.
+  const later = document.getElementById("later-steps");
+  if (later) later.replaceWith(later.content);
   bindEvents();
   performance.mark("lab:bound");
   ui.loc = locP ? await locP : await loadLocale("en");
@@ -504,6 +508,9 @@ async function init() {
   }
   document.body.dataset.ready = "1";
   performance.mark("lab:ready");
+  // A link to a later step (/#step-3) found no target while that step was still a template.
+  const target = /^#[\w-]+$/.test(location.hash) && document.getElementById(location.hash.slice(1));
+  if (target) target.scrollIntoView({ block: "start" });
 }
 
 init();

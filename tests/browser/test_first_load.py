@@ -57,3 +57,13 @@ def test_a_page_without_its_first_answer_asks_the_api(new_page):
     assert len(_asked(page, "/api/workspace")) == 1
     assert page.text_content('details.preview[data-file="experiment.sh"] pre').startswith("#!/usr/bin/env bash")
     assert_clean(page)
+
+
+def test_a_link_to_a_later_step_opens_at_that_step(new_page):
+    # Steps 2-6 reach the document only when app.js inserts them, after the browser looked for the
+    # fragment's target; the page then scrolls to it itself.
+    page = new_page("/#step-4")
+    top = page.evaluate("document.getElementById('step-4').getBoundingClientRect().top")
+    assert -200 < top < 200, top  # at the top of the viewport (sizes of unrendered steps are estimates)
+    assert page.evaluate("window.scrollY") > 1000
+    assert_clean(page)

@@ -70,3 +70,43 @@ def test_a_page_whose_first_answer_cannot_be_computed_is_still_served(monkeypatc
     monkeypatch.setattr(lab.api_workspace, "view", broken)
     html = render_page.__wrapped__()
     assert 'id="boot-view"' not in html and 'id="boot-locale"' in html  # the page asks the API instead
+
+
+def test_the_controls_come_set_to_the_first_answer():
+    """Every control already shows the fresh workspace's value, so the first draw sets none of them."""
+    from html.parser import HTMLParser
+
+    from lab.experiment import LEAF_FIELDS
+
+    html = render_page()
+    b = _block(html, "boot-view")["workspace"]["b"]
+
+    class Controls(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.values, self.select = {}, None
+
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "select" and "data-field" in a:
+                self.select = a["data-field"]
+            elif tag == "option" and self.select and "selected" in a:
+                self.values[self.select] = a["value"]
+            elif tag == "input" and "data-field" in a:
+                self.values[a["data-field"]] = "checked" in a if a["data-kind"] == "bool" else a.get("value", "")
+
+        def handle_endtag(self, tag):
+            if tag == "select":
+                self.select = None
+
+    parser = Controls()
+    parser.feed(html)
+    for path in LEAF_FIELDS:
+        v = b
+        for part in path.split("."):
+            v = v[part]
+        if v is None:
+            continue
+        want = v if isinstance(v, bool) else ", ".join(v) if isinstance(v, list) else \
+            (str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
+        assert parser.values.get(path) == want, path
