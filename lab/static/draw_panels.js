@@ -5,7 +5,8 @@
 import { $, esc, fieldLabel, findingHTML, fmt, tr, ui } from "./util.js";
 
 // A field's value as the user reads it: the option's label in the current language where it has one.
-const abValue = (v, path) => (v === undefined ? "–" : ui.loc?.fields?.[path]?.options?.[String(v)] ?? fmt(v));
+const abValue = (v, path) => (v === undefined ? "–" : ui.loc?.fields?.[path]?.options?.[String(v)]
+  ?? (typeof v === "boolean" ? tr(v ? "value_on" : "value_off") : fmt(v)));
 const serious = (fs) => (fs || []).filter((f) => f.level !== "info");
 
 function sideFindings(label, fs) {
