@@ -35,9 +35,8 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from slime.rollout.http_thread import ThreadedServer
-
 from slime.refusals import declare
+from slime.rollout.http_thread import ThreadedServer
 
 _R = declare("router", {
     "exited": "sglang-router exited with {code}: {command}",
