@@ -185,7 +185,9 @@ def _mtp_tensors(family: str, sd: dict, cfg) -> dict:
     """The MTP layer's tensors under the published names (transformers does not build it).
 
     DeepSeek-V3 / GLM-4.x / GLM-5: ``model.layers.{L}.`` = a full decoder layer (the last layer's
-    shapes) plus ``enorm``, ``hnorm``, ``eh_proj`` and ``shared_head.norm``. Qwen3.5: ``mtp.`` =
+    shapes) plus ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm`` and, as the published
+    checkpoints store them, copies of the shared ``embed_tokens`` and ``lm_head`` (``embed_tokens``,
+    ``shared_head.head``). Qwen3.5: ``mtp.`` =
     ``fc``, ``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``, one full-attention layer, ``norm``.
     """
     import torch
@@ -219,6 +221,8 @@ def _mtp_tensors(family: str, sd: dict, cfg) -> dict:
     for n in ("enorm", "hnorm", "shared_head.norm"):
         out[f"model.layers.{L}.{n}.weight"] = like(ref)
     out[f"model.layers.{L}.eh_proj.weight"] = (torch.randn(h, 2 * h, generator=g) * 0.05).to(ref.dtype)
+    out[f"model.layers.{L}.embed_tokens.weight"] = sd["model.embed_tokens.weight"].clone()
+    out[f"model.layers.{L}.shared_head.head.weight"] = sd["lm_head.weight"].clone()
     return out
 
 

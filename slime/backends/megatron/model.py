@@ -117,13 +117,17 @@ def build_model(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = N
         overrides.update(use_cpu_initialization=True)
     if not init_weights:
         overrides.update(perform_initialization=False)
-    # The MTP layer is not built: its checkpoint tensors are carried unchanged (hf_mapping.carried_hf_names).
-    overrides.setdefault("mtp_num_layers", None)
     config = make_config(flags, megatron, **overrides)
     tp = ps.get_tensor_model_parallel_world_size()
     mkw = gpt_model_kwargs(flags, tp)
+    block = layer_spec(flags, attention, config=config, vp_stage=vp_stage)
+    mtp = None
+    if config.mtp_num_layers:
+        from slime.backends.megatron.layers import mtp_block_spec
+
+        mtp = mtp_block_spec(flags, config, block, vp_stage)
     model = GPTModel(
-        config, layer_spec(flags, attention, config=config, vp_stage=vp_stage),
+        config, block, mtp_block_spec=mtp,
         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
         post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
         parallel_output=True, vp_stage=vp_stage, **mkw,

@@ -79,6 +79,17 @@ def linear_attention_variant(flags: Mapping[str, Any]) -> str:
     return "gated_delta_net" if v is True else str(v)
 
 
+MTP_LOSS_SCALING_DEFAULT = 0.1  # megatron-core's default weight of the MTP loss
+
+
+def builds_mtp(flags: Mapping[str, Any]) -> bool:
+    """Whether the Megatron model holds the spec's MTP layers (megatron-core's MTP block).
+
+    Not for a DSA model (GLM-5): its MTP layer's indexer placement is not mapped, so those
+    tensors are carried unchanged next to the checkpoint (hf_mapping.carried_hf_names)."""
+    return (_int(flags, "mtp_num_layers", 0) or 0) > 0 and not _bool(flags, "enable_dsa_indexer")
+
+
 def is_moe(flags: Mapping[str, Any]) -> bool:
     return (_int(flags, "num_experts", 0) or 0) > 0
 
@@ -179,8 +190,13 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
         for key in ("moe_router_enable_expert_bias", "moe_grouped_gemm", "moe_permute_fusion"):
             if key in flags:
                 kw[key] = _bool(flags, key)
-    if "mtp_num_layers" in flags:
+    if builds_mtp(flags):
+        # megatron-core's MTP block (layers.mtp_block_spec). Its loss trains the MTP layer only
+        # (detached heads: the policy's hidden states, embedding and output layer get no gradient
+        # from it), and only with --enable-mtp-training; the trainer skips the block otherwise.
         kw["mtp_num_layers"] = _int(flags, "mtp_num_layers")
+        kw["mtp_loss_scaling_factor"] = _float(flags, "mtp_loss_scaling_factor", MTP_LOSS_SCALING_DEFAULT)
+        kw["mtp_detach_heads"] = True
     if is_hybrid(flags):
         # Gated DeltaNet layers between full-attention layers: megatron-core's own GatedDeltaNet,
         # placed by the per-layer pattern (a list, so dist-checkpointing treats the layers as
