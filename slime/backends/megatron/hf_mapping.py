@@ -406,8 +406,9 @@ def mcore_to_hf(mcore_name: str, tensor: torch.Tensor, d: Dims) -> list[tuple[st
     Padded vocabulary rows (megatron pads to a multiple of 128 * tp) are dropped.
     """
     names = hf_names_for(mcore_name, d)
-    if names[0].endswith(("embed_tokens.weight", "lm_head.weight")):  # with the MTP layers' copies
-        return [(n, tensor[: d.vocab]) for n in names]
+    if names[0].endswith(("embed_tokens.weight", "lm_head.weight")):
+        # the MTP layers' copies are tensors of their own (safetensors refuses shared storage)
+        return [(n, tensor[: d.vocab] if j == 0 else tensor[: d.vocab].clone()) for j, n in enumerate(names)]
     if mcore_name.endswith("self_attention.in_proj.weight"):  # Gated DeltaNet: q, k, v | z | beta | alpha
         qk, v, heads = d.linear_qk_dim, d.linear_v_dim, d.linear_v_heads
         parts = torch.split(tensor, [2 * qk + v, v, heads, heads], dim=0)
