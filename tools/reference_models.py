@@ -261,7 +261,10 @@ def mtp_reference_log_probs(family: str, hf: str | Path, ids, dtype: str = "floa
         own = {k: prefix + v for k, v in (("eh_proj", "eh_proj.weight"), ("enorm", "enorm.weight"),
                                           ("hnorm", "hnorm.weight"), ("head_norm", "shared_head.norm.weight"))}
         # the same checkpoint read with L + 1 layers: transformers loads (and fuses) layer L's experts itself
-        longer = cls.from_pretrained(hf, dtype=dt, attn_implementation="eager", num_hidden_layers=L + 1)
+        # (per-layer lists in the config grow by the last layer's entry: the MTP layer copies its kind)
+        per_layer = {k: v + v[-1:] for k in ("mlp_layer_types", "layer_types")
+                     if isinstance(v := getattr(cfg, k, None), list) and len(v) == L}
+        longer = cls.from_pretrained(hf, dtype=dt, attn_implementation="eager", num_hidden_layers=L + 1, **per_layer)
         layer = longer.model.layers[L].to(device).eval()
         loaded = dict(layer.named_parameters()) | dict(layer.named_buffers())
         for k in ("input_layernorm.weight", "mlp.gate.e_score_correction_bias", "self_attn.o_proj.weight"):
