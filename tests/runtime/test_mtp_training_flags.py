@@ -45,3 +45,8 @@ def test_an_mtp_loss_weight_without_mtp_training_is_refused():
 def test_the_embedded_trainer_refuses_mtp_training_by_name():
     errors = "\n".join(embedded_megatron_flag_errors({"enable_mtp_training": True, "mtp_loss_scaling_factor": "0.1"}))
     assert "--enable-mtp-training" in errors and "--mtp-loss-scaling-factor" in errors
+
+
+def test_more_than_one_mtp_depth_on_a_qwen3_5_spec_is_refused():
+    errors = _errors("qwen3.5-27B.sh", "--mtp-num-layers", "2")
+    assert "--mtp-num-layers 2: a Qwen3.5 checkpoint holds one MTP depth" in errors

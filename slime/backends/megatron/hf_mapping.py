@@ -133,9 +133,6 @@ def require_mapped(flags: Mapping) -> None:
     from slime.backends.megatron.model_args import unsupported_flags
 
     missing = unsupported_flags(flags)
-    s = spec_from_flags(flags)
-    if s.hybrid and s.mtp_layers > 1:
-        missing.append(f"--mtp-num-layers {s.mtp_layers}: a Qwen3.5 checkpoint holds one MTP depth (mtp.*); use 1")
     if missing:
         raise ModelArgsError("HF <-> Megatron covers GLM-4 dense, GLM-4.x MoE (GQA and MLA), DeepSeek-V3, GLM-5 "
                              "(DSA) and the Qwen3.5 hybrid (Gated DeltaNet); not built: " + "; ".join(missing))

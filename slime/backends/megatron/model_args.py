@@ -57,6 +57,7 @@ LINEAR_ATTENTION_VARIANTS = ("gated_delta_net",)
 _R = declare("megatron.unsupported", {
     **{k: f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items()},
     "linear_attention_variant": "--hybrid-linear-attention {variant}: this backend builds {built} only",
+    "hybrid_mtp_depths": "--mtp-num-layers {n}: a Qwen3.5 checkpoint holds one MTP depth (its mtp.* tensors); use 1",
 })
 
 
@@ -66,6 +67,8 @@ def unsupported_flags(flags: Mapping[str, Any]) -> list[str]:
     if variant not in (None, False) and linear_attention_variant(flags) not in LINEAR_ATTENTION_VARIANTS:
         out.append(_R("linear_attention_variant", variant=linear_attention_variant(flags),
                       built=", ".join(LINEAR_ATTENTION_VARIANTS)))
+    if is_hybrid(flags) and (_int(flags, "mtp_num_layers", 0) or 0) > 1:
+        out.append(_R("hybrid_mtp_depths", n=_int(flags, "mtp_num_layers")))
     return out
 
 
