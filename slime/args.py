@@ -62,6 +62,8 @@ MEGATRON_FLAGS = {
     "--v-head-dim", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim", "--rotary-interleaved",
     "--apply-layernorm-1p", "--attention-output-gate", "--post-self-attn-layernorm", "--post-mlp-layernorm",
     "--hybrid-linear-attention", "--enable-dsa-indexer", "--optimizer-offload-fraction",
+    # train the spec's MTP layer (its loss weighed by --mtp-loss-scaling-factor); frozen without it
+    "--enable-mtp-training",
 }
 MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
 

@@ -185,7 +185,9 @@ def _mtp_tensors(family: str, sd: dict, cfg) -> dict:
     """The MTP layer's tensors under the published names (transformers does not build it).
 
     DeepSeek-V3 / GLM-4.x / GLM-5: ``model.layers.{L}.`` = a full decoder layer (the last layer's
-    shapes) plus ``enorm``, ``hnorm``, ``eh_proj`` and ``shared_head.norm``. Qwen3.5: ``mtp.`` =
+    shapes) plus ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm`` and, as the published
+    checkpoints store them, copies of the shared ``embed_tokens`` and ``lm_head`` (``embed_tokens``,
+    ``shared_head.head``). Qwen3.5: ``mtp.`` =
     ``fc``, ``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``, one full-attention layer, ``norm``.
     """
     import torch
@@ -219,7 +221,75 @@ def _mtp_tensors(family: str, sd: dict, cfg) -> dict:
     for n in ("enorm", "hnorm", "shared_head.norm"):
         out[f"model.layers.{L}.{n}.weight"] = like(ref)
     out[f"model.layers.{L}.eh_proj.weight"] = (torch.randn(h, 2 * h, generator=g) * 0.05).to(ref.dtype)
+    out[f"model.layers.{L}.embed_tokens.weight"] = sd["model.embed_tokens.weight"].clone()
+    out[f"model.layers.{L}.shared_head.head.weight"] = sd["lm_head.weight"].clone()
     return out
+
+
+def mtp_reference_log_probs(family: str, hf: str | Path, ids, dtype: str = "float32", device: str = "cpu"):
+    """(log-probs of the main head [1, S, V], of the MTP head [1, S-1, V]) for ``ids`` [1, S].
+
+    transformers builds these models without their MTP layer, so the MTP head is its published
+    formula on transformers' own parts of the family (decoder layer, norm class, rotary embedding,
+    output head), loaded with the MTP layer's weights, eager attention::
+
+        h'_i = eh_proj(cat(enorm(embed(t_{i+1})), hnorm(h_i)))   h_i: the final (normed) hidden state
+        logits_i = lm_head(head_norm(decoder_layer(h'_i)))        predicts t_{i+2}
+    """
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+
+    dt = getattr(torch, dtype)
+    cls = transformers.Qwen3_5ForConditionalGeneration if family == "qwen3_5" else transformers.AutoModelForCausalLM
+    model = cls.from_pretrained(hf, dtype=dt, attn_implementation="eager").to(device).eval()
+    sd: dict = {}
+    for f in Path(hf).glob("*.safetensors"):
+        sd.update({k: v.to(device, dt) for k, v in load_file(str(f)).items()})
+    composite = family == "qwen3_5"
+    lm = model.model.language_model if composite else model.model
+    cfg = lm.config
+    L, H = cfg.num_hidden_layers, cfg.hidden_size
+    if composite:  # Qwen3.5: mtp.{fc, pre_fc_norm_embedding, pre_fc_norm_hidden, layers.0, norm}
+        own = {"eh_proj": "mtp.fc.weight", "enorm": "mtp.pre_fc_norm_embedding.weight",
+               "hnorm": "mtp.pre_fc_norm_hidden.weight", "head_norm": "mtp.norm.weight"}
+        prefix = "mtp.layers.0."
+        layer = type(lm.layers[-1])(cfg, layer_idx=cfg.layer_types.index("full_attention")).to(device, dt).eval()
+        layer.load_state_dict({k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}, strict=True)
+    else:  # DeepSeek-V3 / GLM-4.x: model.layers.{L}.{enorm, hnorm, eh_proj, shared_head.norm} + a decoder layer
+        prefix = f"model.layers.{L}."
+        own = {k: prefix + v for k, v in (("eh_proj", "eh_proj.weight"), ("enorm", "enorm.weight"),
+                                          ("hnorm", "hnorm.weight"), ("head_norm", "shared_head.norm.weight"))}
+        # the same checkpoint read with L + 1 layers: transformers loads (and fuses) layer L's experts itself
+        # (per-layer lists in the config grow by the last layer's entry: the MTP layer copies its kind)
+        per_layer = {k: v + v[-1:] for k in ("mlp_layer_types", "layer_types")
+                     if isinstance(v := getattr(cfg, k, None), list) and len(v) == L}
+        longer = cls.from_pretrained(hf, dtype=dt, attn_implementation="eager", num_hidden_layers=L + 1, **per_layer)
+        layer = longer.model.layers[L].to(device).eval()
+        loaded = dict(layer.named_parameters()) | dict(layer.named_buffers())
+        for k in ("input_layernorm.weight", "mlp.gate.e_score_correction_bias", "self_attn.o_proj.weight"):
+            if prefix + k in sd and not torch.equal(loaded[k].to(dt), sd[prefix + k]):
+                raise RuntimeError(f"{prefix + k} did not load into the reference layer")
+
+    def norm(key):
+        n = type(lm.norm)(H, eps=cfg.rms_norm_eps).to(device, dt)
+        n.load_state_dict({"weight": sd[own[key]]})
+        return n
+
+    ids = ids.to(device)
+    with torch.no_grad():
+        main = model(input_ids=ids).logits
+        h = lm(input_ids=ids).last_hidden_state  # after the final norm, as megatron-core hands it to MTP
+        x = torch.cat([norm("enorm")(lm.embed_tokens(ids[:, 1:])), norm("hnorm")(h[:, :-1])], -1)
+        x = torch.nn.functional.linear(x, sd[own["eh_proj"]])
+        n = x.shape[1]
+        pos = torch.arange(n, device=device)[None]
+        rope = lm.rotary_emb(x, pos.view(1, 1, -1).expand(3, 1, -1) if composite else pos)
+        mask = torch.full((n, n), torch.finfo(dt).min, device=device, dtype=dt).triu(1)[None, None]
+        y = layer(x, attention_mask=mask, position_ids=pos, position_embeddings=rope)
+        y = y[0] if isinstance(y, tuple) else y
+        mtp = model.lm_head(norm("head_norm")(y))
+    return torch.log_softmax(main.float(), -1), torch.log_softmax(mtp.float(), -1)
 
 
 def build(family: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0) -> tuple[Path, Path]:

@@ -1,5 +1,5 @@
 """The seeded architecture families on a real GPU, each from its tiny reference checkpoint
-(tools/reference_models.py, transformers' own classes): HF -> torch_dist -> HF bitwise (carried MTP
+(tools/reference_models.py, transformers' own classes): HF -> torch_dist -> HF bitwise (MTP
 tensors included), Megatron vs HF forward log-probs of the same bf16 weights, and one GRPO step
 with KL 0 at step 1. Run with tools/run_gpu_tests.sh on the GPU machine.
 

@@ -121,7 +121,7 @@ def test_moe_and_mla_specs_map_to_config_fields():
     assert gpt_model_kwargs(flags)["position_embedding_type"] == "none"  # MLA ropes inside attention
     spec = layer_spec_kwargs(flags)
     assert spec["multi_latent_attention"] is True and spec["num_experts"] == 256
-    hm.require_mapped(flags)  # MoE + MLA + MTP (carried) are mapped
+    hm.require_mapped(flags)  # MoE + MLA + MTP are mapped
 
 
 def test_specs_with_layers_not_built_yet_are_refused_by_name():

@@ -189,8 +189,10 @@ def test_name_mapping_covers_every_hf_tensor_both_ways(refs, family):
     mapped = list(hm.iter_hf_names(d))
     assert len(mapped) == len(set(mapped))  # every HF tensor comes from exactly one megatron tensor
     assert set(mapped) | carried == names and not set(mapped) & carried
-    if load_model_spec(spec).mtp_layers:
-        assert carried  # the MTP layer is carried, not dropped
+    if load_model_spec(spec).mtp_layers:  # the MTP layer is mapped where the MTP block is built, else carried
+        mtp = {n for n in names if n.startswith("mtp.") or n.startswith(f"{d.hf_prefix}layers.{d.num_layers}.")}
+        assert mtp and mtp <= (set(mapped) if d.mtp_built else carried)
+        assert d.mtp_built == (family != "glm_moe_dsa")
     back = {}
     for n in hm.iter_mcore_names(d):
         t = hm.hf_to_mcore(n, h.get_tensor, d, padded_vocab_size(flags))
@@ -222,12 +224,14 @@ def test_only_the_computing_dsa_layers_map_an_indexer(refs):
     assert mcore == with_indexer
 
 
-def test_composite_qwen3_5_names_its_vision_and_mtp_tensors(refs):
+def test_composite_qwen3_5_carries_its_vision_tower_and_maps_its_mtp_layer(refs):
     from slime.backends.megatron import hf_mapping as hm
 
     hf, spec = refs["qwen3_5"]
     d = hm.dims_from_flags(load_flags(spec))
     names = set(_reader(hf).keys())
     carried = hm.carried_hf_names(names, d)
-    assert any(n.startswith("model.visual.") for n in carried) and any(n.startswith("mtp.") for n in carried)
-    assert all(n.startswith("model.language_model.") for n in names - set(carried) - {"lm_head.weight"})
+    assert carried and all(n.startswith("model.visual.") for n in carried)
+    mapped = set(hm.iter_hf_names(d))
+    assert {n for n in names if n.startswith("mtp.")} <= mapped
+    assert all(n.startswith(("model.language_model.", "mtp.")) for n in names - set(carried) - {"lm_head.weight"})

@@ -6,7 +6,7 @@ That the Ray cluster has GPUs is known only once Ray is up; slime.ray.runtime ch
 
 from __future__ import annotations
 
-from slime.backends.megatron.model_args import _int, unsupported_flags
+from slime.backends.megatron.model_args import _bool, _int, builds_mtp, unsupported_flags
 from slime.refusals import declare
 
 _R = declare("megatron", {
@@ -22,6 +22,11 @@ _R = declare("megatron", {
     "ppo_critic": "--advantage-estimator ppo with --train-backend megatron: the Megatron trainer of this build has "
                   "no critic (value model) to train beside the policy; use grpo, gspo, cispo, dr_grpo, "
                   "reinforce_plus_plus(_baseline), or run ppo with --train-backend embedded",
+    "mtp_training": "--enable-mtp-training: the model the spec describes has no MTP layer that this Megatron "
+                    "backend builds (--mtp-num-layers is missing or 0; a DSA model's MTP layer is carried unchanged, "
+                    "not built); drop the flag",
+    "mtp_loss_scale": "--mtp-loss-scaling-factor {value}: weighs the MTP loss, which is trained only with "
+                      "--enable-mtp-training; add that flag or drop this one",
     "routing_replay": "--use-routing-replay / --use-rollout-routing-replay: the Megatron trainer of this build does "
                       "not replay MoE routes yet; drop the flag",
 })
@@ -46,6 +51,10 @@ def megatron_trainer_errors(cfg) -> list[str]:
         e.append(_R("dp_whole", ranks=ranks, model=tp * pp * cp))
     if tp * pp > 1:
         e.append(_R("tp_pp_export", tp=tp, pp=pp))
+    if _bool(m, "enable_mtp_training") and not builds_mtp(m):
+        e.append(_R("mtp_training"))
+    if "mtp_loss_scaling_factor" in m and not _bool(m, "enable_mtp_training"):
+        e.append(_R("mtp_loss_scale", value=m["mtp_loss_scaling_factor"]))
     if cfg.loss.advantage_estimator == "ppo":
         e.append(_R("ppo_critic"))
     if getattr(cfg.loss, "use_rollout_routing_replay", False) or getattr(cfg.loss, "use_routing_replay", False):

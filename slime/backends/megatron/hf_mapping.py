@@ -30,7 +30,16 @@ Layouts (megatron-core local spec):
   ``conv1d``, ``A_log``, ``dt_bias`` and ``out_proj`` keep their names, ``out_norm`` is ``norm``.
   Under tensor parallelism every section is split on its own (as megatron-core shards them).
 
-HF tensors the Megatron model does not hold (the MTP layer, a vision tower) are named by
+- MTP (megatron-core's ``mtp.layers.{k}``: ``enorm``, ``hnorm``, ``eh_proj``, ``final_layernorm``
+  and the inner layer ``mtp_model_layer``, shaped like the last decoder layer):
+  DeepSeek-V3 / GLM-4.x publish depth ``k`` as decoder layer ``model.layers.{L+k}`` (``L`` decoder
+  layers) with ``enorm``, ``hnorm``, ``eh_proj`` and ``shared_head.norm``, plus copies of the
+  shared embedding and output head (``embed_tokens``, ``shared_head.head``: read from the main
+  ones, written back as copies); Qwen3.5 publishes ``mtp.fc`` (``eh_proj``),
+  ``mtp.pre_fc_norm_embedding`` / ``mtp.pre_fc_norm_hidden`` (``enorm`` / ``hnorm``), ``mtp.norm``
+  and the inner layer as ``mtp.layers.0``.
+
+HF tensors the Megatron model does not hold (a vision tower; a DSA model's MTP layer) are named by
 :func:`carried_hf_names`: conversion carries them unchanged next to the torch_dist checkpoint and
 writes them back on export, and says so.
 """
@@ -67,6 +76,7 @@ class Dims:
     shared_expert: bool = False
     expert_bias: bool = False
     mtp_layers: int = 0
+    mtp_built: bool = False  # the Megatron model holds the MTP layers (else they are carried)
     hf_prefix: str = "model."
     composite: bool = False
     fused_gate_up: bool = False  # GLM-4 dense checkpoints store mlp.gate_up_proj (gate rows, then up)
@@ -102,12 +112,14 @@ class Dims:
 
 
 def dims_from_flags(flags: Mapping) -> Dims:
+    from slime.backends.megatron.model_args import builds_mtp
+
     s = spec_from_flags(flags)
     return Dims(num_layers=s.layers, hidden=s.hidden, heads=s.heads, groups=s.kv_groups, head_dim=s.kv_channels,
                 vocab=s.vocab, qkv_bias=s.qkv_bias, tied=s.tied_embeddings, qk_norm=s.qk_layernorm,
                 post_norms=s.post_norms, mla=s.mla, q_lora_rank=s.q_lora_rank, experts=s.experts,
                 moe_pattern=s.moe_layer_pattern, shared_expert=s.shared_ffn > 0, expert_bias=s.expert_bias,
-                mtp_layers=s.mtp_layers, hf_prefix="model.language_model." if s.hybrid else "model.",
+                mtp_layers=s.mtp_layers, mtp_built=builds_mtp(flags), hf_prefix="model.language_model." if s.hybrid else "model.",
                 composite=s.hybrid, fused_gate_up=s.post_norms, gated_attention=s.attention_output_gate,
                 linear_pattern=s.linear_layer_pattern,
                 linear_qk_dim=s.linear_num_key_heads * s.linear_key_head_dim,
@@ -167,6 +179,7 @@ def split_qkv(qkv: torch.Tensor, d: Dims, groups: int | None = None) -> tuple[to
 # --- names -------------------------------------------------------------------------------------
 
 _LAYER = re.compile(r"^(?:module\.)*decoder\.layers\.(\d+)\.(.+)$")
+_MTP = re.compile(r"^mtp\.layers\.(\d+)\.(.+)$")
 _EXPERT = re.compile(r"^mlp\.experts\.local_experts\.(\d+)\.(linear_fc1|linear_fc2)\.weight$")
 
 _ATTN_GQA = {
@@ -230,16 +243,53 @@ def hf_names_for(mcore_name: str, d: Dims) -> list[str]:
     pre = d.hf_prefix
     lm_head = "lm_head.weight"
     if name == "embedding.word_embeddings.weight":
-        return [pre + "embed_tokens.weight"]
+        embeds, heads = _mtp_shared_copies(d)
+        return [pre + "embed_tokens.weight", *embeds, *(heads if d.tied else [])]
     if name == "decoder.final_layernorm.weight":
         return [pre + "norm.weight"]
     if name == "output_layer.weight":
-        return [lm_head]
+        return [lm_head, *_mtp_shared_copies(d)[1]]
+    mtp = _MTP.match(name) if d.mtp_built else None
+    if mtp:
+        return _mtp_hf_names(int(mtp.group(1)), mtp.group(2), mcore_name, d)
     m = _LAYER.match(name)
     if not m:
         raise KeyError(f"no HF name for megatron parameter {mcore_name!r}")
     i, rest = int(m.group(1)), m.group(2)
-    p = f"{pre}layers.{i}."
+    return _layer_hf_names(rest, i, f"{pre}layers.{i}.", mcore_name, d)
+
+
+def _mtp_hf_prefix(k: int, d: Dims) -> str:
+    return f"mtp.layers.{k}." if d.composite else f"{d.hf_prefix}layers.{d.num_layers + k}."
+
+
+def _mtp_shared_copies(d: Dims) -> tuple[list[str], list[str]]:
+    """The MTP depths' copies of the shared embedding and output head (DeepSeek-V3 / GLM-4.x)."""
+    if not d.mtp_built or d.composite:
+        return [], []
+    pre = [_mtp_hf_prefix(k, d) for k in range(d.mtp_layers)]
+    return [p + "embed_tokens.weight" for p in pre], [p + "shared_head.head.weight" for p in pre]
+
+
+_MTP_OWN_DEEPSEEK = {"enorm.weight": "enorm.weight", "hnorm.weight": "hnorm.weight",
+                     "eh_proj.weight": "eh_proj.weight", "final_layernorm.weight": "shared_head.norm.weight"}
+_MTP_OWN_QWEN = {"enorm.weight": "pre_fc_norm_embedding.weight", "hnorm.weight": "pre_fc_norm_hidden.weight",
+                 "eh_proj.weight": "fc.weight", "final_layernorm.weight": "norm.weight"}
+
+
+def _mtp_hf_names(k: int, rest: str, mcore_name: str, d: Dims) -> list[str]:
+    """MTP depth ``k``: its own norms and projection, and the inner layer (shaped like the last
+    decoder layer, so mapped with that layer's attention / MLP kind)."""
+    own = (_MTP_OWN_QWEN if d.composite else _MTP_OWN_DEEPSEEK).get(rest)
+    if own is not None:
+        return [("mtp." if d.composite else _mtp_hf_prefix(k, d)) + own]
+    if not rest.startswith("mtp_model_layer."):
+        raise KeyError(f"no HF name for megatron parameter {mcore_name!r}")
+    return _layer_hf_names(rest[len("mtp_model_layer."):], d.num_layers - 1, _mtp_hf_prefix(k, d), mcore_name, d)
+
+
+def _layer_hf_names(rest: str, i: int, p: str, mcore_name: str, d: Dims) -> list[str]:
+    """HF names of one decoder-layer tensor: ``rest`` under HF prefix ``p``, the layer kind of layer ``i``."""
     e = _EXPERT.match(rest)
     if e:
         x = int(e.group(1))
@@ -259,50 +309,59 @@ def iter_mcore_names(d: Dims) -> Iterator[str]:
     """Every megatron tensor (parameters and the router's expert-bias buffer) of the model."""
     yield "embedding.word_embeddings.weight"
     for i in range(d.num_layers):
-        p = f"decoder.layers.{i}."
-        yield p + "input_layernorm.weight"
-        if d.is_linear_layer(i):
-            yield from (p + n for n in _ATTN_GDN)
-        elif d.mla:
-            if d.q_lora_rank:
-                yield from (p + "self_attention." + x for x in ("linear_q_down_proj.weight", "q_layernorm.weight",
-                                                                 "linear_q_up_proj.weight"))
-            else:
-                yield p + "self_attention.linear_q_proj.weight"
-            yield from (p + "self_attention." + x for x in ("linear_kv_down_proj.weight", "kv_layernorm.weight",
-                                                             "linear_kv_up_proj.weight"))
-            if d.has_indexer(i):
-                yield from (p + n for n in _INDEXER)
-        if not d.is_linear_layer(i) and not d.mla:
-            yield p + "self_attention.linear_qkv.weight"
-            if d.qkv_bias:
-                yield p + "self_attention.linear_qkv.bias"
-            if d.qk_norm:
-                yield p + "self_attention.q_layernorm.weight"
-                yield p + "self_attention.k_layernorm.weight"
-        if not d.is_linear_layer(i):
-            yield p + "self_attention.linear_proj.weight"
-        if d.post_norms:
-            yield p + "self_attention.post_self_attn_layernorm.weight"
-        yield p + "pre_mlp_layernorm.weight"
-        if d.is_moe_layer(i):
-            yield p + "mlp.router.weight"
-            if d.expert_bias:
-                yield p + "mlp.router.expert_bias"
-            for x in range(d.experts):
-                yield p + f"mlp.experts.local_experts.{x}.linear_fc1.weight"
-                yield p + f"mlp.experts.local_experts.{x}.linear_fc2.weight"
-            if d.shared_expert:
-                yield p + "mlp.shared_experts.linear_fc1.weight"
-                yield p + "mlp.shared_experts.linear_fc2.weight"
-        else:
-            yield p + "mlp.linear_fc1.weight"
-            yield p + "mlp.linear_fc2.weight"
-        if d.post_norms:
-            yield p + "mlp.post_mlp_layernorm.weight"
+        yield from _layer_mcore_names(f"decoder.layers.{i}.", i, d)
     yield "decoder.final_layernorm.weight"
+    if d.mtp_built:
+        for k in range(d.mtp_layers):
+            p = f"mtp.layers.{k}."
+            yield from (p + n for n in _MTP_OWN_DEEPSEEK)
+            yield from _layer_mcore_names(p + "mtp_model_layer.", d.num_layers - 1, d)
     if not d.tied:
         yield "output_layer.weight"
+
+
+def _layer_mcore_names(p: str, i: int, d: Dims) -> Iterator[str]:
+    """One layer's megatron tensors under prefix ``p``, with the structure of decoder layer ``i``."""
+    yield p + "input_layernorm.weight"
+    if d.is_linear_layer(i):
+        yield from (p + n for n in _ATTN_GDN)
+    elif d.mla:
+        if d.q_lora_rank:
+            yield from (p + "self_attention." + x for x in ("linear_q_down_proj.weight", "q_layernorm.weight",
+                                                             "linear_q_up_proj.weight"))
+        else:
+            yield p + "self_attention.linear_q_proj.weight"
+        yield from (p + "self_attention." + x for x in ("linear_kv_down_proj.weight", "kv_layernorm.weight",
+                                                         "linear_kv_up_proj.weight"))
+        if d.has_indexer(i):
+            yield from (p + n for n in _INDEXER)
+    if not d.is_linear_layer(i) and not d.mla:
+        yield p + "self_attention.linear_qkv.weight"
+        if d.qkv_bias:
+            yield p + "self_attention.linear_qkv.bias"
+        if d.qk_norm:
+            yield p + "self_attention.q_layernorm.weight"
+            yield p + "self_attention.k_layernorm.weight"
+    if not d.is_linear_layer(i):
+        yield p + "self_attention.linear_proj.weight"
+    if d.post_norms:
+        yield p + "self_attention.post_self_attn_layernorm.weight"
+    yield p + "pre_mlp_layernorm.weight"
+    if d.is_moe_layer(i):
+        yield p + "mlp.router.weight"
+        if d.expert_bias:
+            yield p + "mlp.router.expert_bias"
+        for x in range(d.experts):
+            yield p + f"mlp.experts.local_experts.{x}.linear_fc1.weight"
+            yield p + f"mlp.experts.local_experts.{x}.linear_fc2.weight"
+        if d.shared_expert:
+            yield p + "mlp.shared_experts.linear_fc1.weight"
+            yield p + "mlp.shared_experts.linear_fc2.weight"
+    else:
+        yield p + "mlp.linear_fc1.weight"
+        yield p + "mlp.linear_fc2.weight"
+    if d.post_norms:
+        yield p + "mlp.post_mlp_layernorm.weight"
 
 
 def iter_hf_names(d: Dims) -> Iterator[str]:
@@ -315,13 +374,15 @@ _MTP_HF = re.compile(r"^model\.layers\.(\d+)\.")
 
 
 def carried_hf_names(names: list[str] | set[str], d: Dims) -> list[str]:
-    """HF tensors the Megatron model does not hold: the MTP layer(s) (``model.layers.{L..}`` past the
-    last decoder layer, or ``mtp.*``) and a composite checkpoint's vision tower (``model.visual.*``).
+    """HF tensors the Megatron model does not hold: the MTP layer(s) of a model whose MTP block is
+    not built (GLM-5: ``model.layers.{L..}`` past the last decoder layer) and a composite
+    checkpoint's vision tower (``model.visual.*``).
     Anything else unmapped is an error (returned by :func:`unmapped_hf_names`)."""
     out = []
+    carry_mtp = d.mtp_layers and not d.mtp_built
     for n in names:
         m = _MTP_HF.match(n)
-        if (m and int(m.group(1)) >= d.num_layers and d.mtp_layers) or n.startswith("mtp.") and d.mtp_layers:
+        if carry_mtp and ((m and int(m.group(1)) >= d.num_layers) or n.startswith("mtp.")):
             out.append(n)
         elif d.composite and n.startswith(("model.visual.", "visual.")):
             out.append(n)
@@ -343,7 +404,8 @@ def mcore_to_hf(mcore_name: str, tensor: torch.Tensor, d: Dims) -> list[tuple[st
     """
     names = hf_names_for(mcore_name, d)
     if names[0].endswith(("embed_tokens.weight", "lm_head.weight")):
-        return [(names[0], tensor[: d.vocab])]
+        # the MTP layers' copies are tensors of their own (safetensors refuses shared storage)
+        return [(n, tensor[: d.vocab] if j == 0 else tensor[: d.vocab].clone()) for j, n in enumerate(names)]
     if mcore_name.endswith("self_attention.in_proj.weight"):  # Gated DeltaNet: q, k, v | z | beta | alpha
         qk, v, heads = d.linear_qk_dim, d.linear_v_dim, d.linear_v_heads
         parts = torch.split(tensor, [2 * qk + v, v, heads, heads], dim=0)
@@ -379,7 +441,7 @@ def hf_to_mcore(mcore_name: str, get: Callable[[str], torch.Tensor], d: Dims, pa
 
 # --- tensor parallelism ------------------------------------------------------------------------
 
-_COLUMN = ("linear_qkv.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight",
+_COLUMN = ("linear_qkv.weight", "eh_proj.weight", "linear_qkv.bias", "linear_fc1.weight", "word_embeddings.weight",
            "output_layer.weight", "linear_q_proj.weight", "linear_q_down_proj.weight", "linear_q_up_proj.weight",
            "linear_kv_down_proj.weight", "linear_kv_up_proj.weight",
            # Gated DeltaNet: projections, depthwise conv and per-value-head parameters split by head

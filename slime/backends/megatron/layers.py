@@ -226,3 +226,36 @@ def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp
         if _bool(flags, "post_self_attn_layernorm") or _bool(flags, "post_mlp_layernorm"):
             _sandwich(spec)
     return block
+
+
+def mtp_block_spec(flags: Mapping[str, Any], config, decoder_block, vp_stage: int | None = None):
+    """megatron-core's multi-token-prediction block for this pipeline stage (None where the stage
+    builds no MTP layer: megatron-core places them all on the last stage).
+
+    Each MTP layer is megatron-core's ``MultiTokenPredictionLayer`` assembled from the same local
+    parts as the decoder: ``enorm`` / ``hnorm`` / ``final_layernorm`` are the decoder's norm class
+    ((1+w) for Qwen3.5), ``eh_proj`` a column-parallel linear, and the inner layer the decoder's
+    last layer spec (a MoE layer with MLA for DeepSeek-V3 / GLM-4.7-Flash, a gated full-attention
+    layer for Qwen3.5, whose MTP layer is never a Gated DeltaNet one). megatron-core's own helper
+    (``get_gpt_mtp_block_spec``) would pick its global local norm, not the checkpoint's."""
+    from megatron.core.tensor_parallel import ColumnParallelLinear
+    from megatron.core.transformer.multi_token_prediction import (
+        MultiTokenPredictionBlockSubmodules,
+        MultiTokenPredictionLayer,
+        MultiTokenPredictionLayerSubmodules,
+        get_mtp_num_layers_to_build,
+    )
+
+    if not config.mtp_num_layers or get_mtp_num_layers_to_build(config, vp_stage=vp_stage) == 0:
+        return None
+    inner = decoder_block.layer_specs[-1] if decoder_block.layer_specs else None
+    if inner is None:
+        raise ValueError("the MTP layer copies the last decoder layer's spec; this stage builds none")
+    attn = inner.submodules.self_attention
+    if getattr(attn, "module", None) is not None and attn.module.__name__ == "GatedDeltaNet":
+        raise ValueError("the last decoder layer is a Gated DeltaNet layer; the MTP layer of a hybrid model is a "
+                         "full-attention layer (check --linear-attention-freq)")
+    norm = decoder_block.layer_norm
+    layer = ModuleSpec(module=MultiTokenPredictionLayer, submodules=MultiTokenPredictionLayerSubmodules(
+        enorm=norm, hnorm=norm, eh_proj=ColumnParallelLinear, mtp_model_layer=inner, layer_norm=norm))
+    return MultiTokenPredictionBlockSubmodules(layer_specs=[layer] * config.mtp_num_layers)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -117,13 +118,17 @@ def build_model(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = N
         overrides.update(use_cpu_initialization=True)
     if not init_weights:
         overrides.update(perform_initialization=False)
-    # The MTP layer is not built: its checkpoint tensors are carried unchanged (hf_mapping.carried_hf_names).
-    overrides.setdefault("mtp_num_layers", None)
     config = make_config(flags, megatron, **overrides)
     tp = ps.get_tensor_model_parallel_world_size()
     mkw = gpt_model_kwargs(flags, tp)
+    block = layer_spec(flags, attention, config=config, vp_stage=vp_stage)
+    mtp = None
+    if config.mtp_num_layers:
+        from slime.backends.megatron.layers import mtp_block_spec
+
+        mtp = mtp_block_spec(flags, config, block, vp_stage)
     model = GPTModel(
-        config, layer_spec(flags, attention, config=config, vp_stage=vp_stage),
+        config, block, mtp_block_spec=mtp,
         pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage),
         post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage),
         parallel_output=True, vp_stage=vp_stage, **mkw,
@@ -131,6 +136,39 @@ def build_model(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = N
     if not cpu and torch.cuda.is_available():
         model = model.cuda(torch.cuda.current_device())
     return model
+
+
+# --- the MTP block in training ------------------------------------------------------------------
+
+
+def freeze_mtp(model) -> int:
+    """Keep the MTP block's weights out of the optimizer (RL without ``--enable-mtp-training``);
+    returns how many tensors were frozen. Call before wrapping the model in DDP."""
+    m = unwrap(model)
+    if getattr(m, "mtp", None) is None:
+        return 0
+    params = list(m.mtp.parameters())
+    for p in params:
+        p.requires_grad_(False)
+    return len(params)
+
+
+@contextmanager
+def mtp_skipped(model):
+    """Run the model without its MTP block: log-probs need only the main head, and a frozen MTP
+    layer has no loss to compute. megatron-core's GPTModel runs the block whenever it is built
+    (``mtp_process``) and splits its output by ``config.mtp_num_layers``: both are switched off
+    for the duration and restored after."""
+    m = unwrap(model)
+    if not m.config.mtp_num_layers:
+        yield
+        return
+    saved = (getattr(m, "mtp_process", False), m.config.mtp_num_layers)
+    m.mtp_process, m.config.mtp_num_layers = False, None
+    try:
+        yield
+    finally:
+        m.mtp_process, m.config.mtp_num_layers = saved
 
 
 # --- names with global layer numbers ----------------------------------------------------------

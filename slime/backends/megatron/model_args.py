@@ -57,6 +57,7 @@ LINEAR_ATTENTION_VARIANTS = ("gated_delta_net",)
 _R = declare("megatron.unsupported", {
     **{k: f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items()},
     "linear_attention_variant": "--hybrid-linear-attention {variant}: this backend builds {built} only",
+    "hybrid_mtp_depths": "--mtp-num-layers {n}: a Qwen3.5 checkpoint holds one MTP depth (its mtp.* tensors); use 1",
 })
 
 
@@ -73,6 +74,8 @@ def unsupported_flags(flags: Mapping[str, Any]) -> list[str]:
     if variant not in (None, False) and linear_attention_variant(flags) not in LINEAR_ATTENTION_VARIANTS:
         out.append(_R("linear_attention_variant", variant=linear_attention_variant(flags),
                       built=", ".join(LINEAR_ATTENTION_VARIANTS)))
+    if is_hybrid(flags) and (_int(flags, "mtp_num_layers", 0) or 0) > 1:
+        out.append(_R("hybrid_mtp_depths", n=_int(flags, "mtp_num_layers")))
     return out
 
 
@@ -84,6 +87,17 @@ def linear_attention_variant(flags: Mapping[str, Any]) -> str:
     """``--hybrid-linear-attention gated_delta_net`` (a bare switch means Gated DeltaNet)."""
     v = flags.get("hybrid_linear_attention", "gated_delta_net")
     return "gated_delta_net" if v is True else str(v)
+
+
+MTP_LOSS_SCALING_DEFAULT = 0.1  # megatron-core's default weight of the MTP loss
+
+
+def builds_mtp(flags: Mapping[str, Any]) -> bool:
+    """Whether the Megatron model holds the spec's MTP layers (megatron-core's MTP block).
+
+    Not for a DSA model (GLM-5): its MTP layer's indexer placement is not mapped, so those
+    tensors are carried unchanged next to the checkpoint (hf_mapping.carried_hf_names)."""
+    return (_int(flags, "mtp_num_layers", 0) or 0) > 0 and not _bool(flags, "enable_dsa_indexer")
 
 
 def is_moe(flags: Mapping[str, Any]) -> bool:
@@ -186,8 +200,13 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
         for key in ("moe_router_enable_expert_bias", "moe_grouped_gemm", "moe_permute_fusion"):
             if key in flags:
                 kw[key] = _bool(flags, key)
-    if "mtp_num_layers" in flags:
+    if builds_mtp(flags):
+        # megatron-core's MTP block (layers.mtp_block_spec). Its loss trains the MTP layer only
+        # (detached heads: the policy's hidden states, embedding and output layer get no gradient
+        # from it), and only with --enable-mtp-training; the trainer skips the block otherwise.
         kw["mtp_num_layers"] = _int(flags, "mtp_num_layers")
+        kw["mtp_loss_scaling_factor"] = _float(flags, "mtp_loss_scaling_factor", MTP_LOSS_SCALING_DEFAULT)
+        kw["mtp_detach_heads"] = True
     if is_hybrid(flags):
         # Gated DeltaNet layers between full-attention layers: megatron-core's own GatedDeltaNet,
         # placed by the per-layer pattern (a list, so dist-checkpointing treats the layers as

@@ -17,6 +17,7 @@ Engine), which this build does not have: it is refused at start-up.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -27,7 +28,15 @@ import torch.distributed as dist
 
 from slime.backends.megatron import model as mm
 from slime.backends.megatron.convert import checkpoint_subdir, load_model_checkpoint, write_tracker
-from slime.backends.megatron.model_args import _int, check_hf_config, load_flags, optimizer_kwargs, parallel_kwargs
+from slime.backends.megatron.model_args import (
+    _bool,
+    _int,
+    builds_mtp,
+    check_hf_config,
+    load_flags,
+    optimizer_kwargs,
+    parallel_kwargs,
+)
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.training import lr_schedule
@@ -161,6 +170,11 @@ class MegatronTrainer:
         self.ps = ps
         self.device = torch.device("cuda", torch.cuda.current_device())
         module = mm.build_model(self.flags, self.flags, attention=attention)
+        # The MTP layer (the draft SGLang's EAGLE reads) trains on its own loss only with
+        # --enable-mtp-training; otherwise it is frozen and skipped, and weight sync sends it unchanged.
+        self.mtp_training = builds_mtp(self.flags) and _bool(self.flags, "enable_mtp_training")
+        if not self.mtp_training:
+            mm.freeze_mtp(module)
         self.config = module.config
         okw = optimizer_kwargs(self.flags, optim)
         okw["params_dtype"] = mm._DTYPES[okw["params_dtype"]]
@@ -265,9 +279,24 @@ class MegatronTrainer:
             return out, partial(loss_func, pack)
 
         fwd_bwd = get_forward_backward_func()
-        return fwd_bwd(forward_step_func=forward_step, data_iterator=iter(packs), model=[self.model],
-                       num_microbatches=len(packs), seq_length=max(p.tokens.shape[1] for p in packs),
-                       micro_batch_size=1, forward_only=forward_only)
+        with nullcontext() if self.mtp_training and not forward_only else mm.mtp_skipped(self.model):
+            return fwd_bwd(forward_step_func=forward_step, data_iterator=iter(packs), model=[self.model],
+                           num_microbatches=len(packs), seq_length=max(p.tokens.shape[1] for p in packs),
+                           micro_batch_size=1, forward_only=forward_only)
+
+    def _mtp_metrics(self, n_mb: int) -> dict[str, float]:
+        """megatron-core's MTP loss and next-next-token accuracy of the step just run (its tracker,
+        summed over micro-batches), as this DP rank's share of the mean; the tracker is reset."""
+        from megatron.core.transformer.multi_token_prediction import MTPLossLoggingHelper
+
+        tracker = MTPLossLoggingHelper.tracker
+        if not self.mtp_training or "loss_values" not in tracker:
+            return {}
+        loss = float(tracker["loss_values"].mean()) / max(n_mb, 1)
+        total = float(tracker["total_values"].sum())
+        acc = float(tracker["correct_values"].sum()) / total if total else 0.0
+        MTPLossLoggingHelper.clean_metrics_in_tracker()
+        return {"train/mtp_loss": loss / self.dp_size, "train/mtp_accuracy": acc / self.dp_size}
 
     def _packs(self, records: list[TrainRecord]) -> list[Pack]:
         cap = self.batch_cfg.max_tokens_per_gpu if self.batch_cfg.use_dynamic_batch_size else None
@@ -409,6 +438,9 @@ class MegatronTrainer:
         self.optimizer.zero_grad()
         self.model.train()
         self._run(packs, loss_func, forward_only=False)
+        mtp = self._mtp_metrics(n_mb)
+        if mtp and step_metrics:
+            step_metrics.append(mtp)
         return step_metrics
 
     def _sum_over_dp(self, values: list[float]) -> list[float]:
