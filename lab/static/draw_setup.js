@@ -47,7 +47,8 @@ export function drawMemory(m) {
   if (!m) { box.innerHTML = `<p class="note">${esc(tr("memory_none"))}</p>`; return; }
   const phase = (key, p) => {
     const rows = Object.entries(p.items_gib || {})
-      .map(([name, gib]) => `<tr><td>${esc(name)}</td><td class="num">${esc(fmt(gib))}</td></tr>`).join("");
+      // a few MiB (the cuBLAS workspace) would read as "0.0": say it is under the shown precision
+      .map(([name, gib]) => `<tr><td>${esc(name)}</td><td class="num">${esc(gib > 0 && gib < 0.05 ? "< 0.1" : fmt(gib))}</td></tr>`).join("");
     const fit = p.fits == null ? "" : ` <span class="${p.fits ? "fit-ok" : "fit-bad"}">${esc(tr(p.fits ? "memory_fits" : "memory_over"))}</span>`;
     return `<table class="mem" data-phase="${key}"><caption>${esc(tr("memory_" + key))}</caption>` +
       `<thead><tr><th>${esc(tr("memory_item"))}</th><th class="num">${esc(tr("memory_gib"))}</th></tr></thead><tbody>${rows}</tbody>` +

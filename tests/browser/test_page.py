@@ -230,3 +230,14 @@ def test_bad_value_is_refused_with_the_field_named_and_state_kept(new_page):
     # a 422 is logged by Chromium as a failed resource load: that one is expected
     page.lab.errors[:] = [e for e in page.lab.errors if "422" not in e]
     assert_clean(page)
+
+
+def test_the_memory_panel_shows_a_few_mib_as_under_a_tenth_of_a_gib_never_zero(new_page):
+    page = new_page()
+    rows = page.evaluate("[...document.querySelectorAll('#memory tbody tr')]"
+                         ".map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent))")
+    cublas = [r for r in rows if "cuBLAS" in r[0]]
+    assert cublas and all(r[-1] == "< 0.1" for r in cublas), rows
+    assert not [r for r in rows if r[-1] in ("0.0", "0")
+                and "Adam" not in r[0]], rows  # Adam reads 0 only when CPU Adam holds it in host memory
+    assert_clean(page)
