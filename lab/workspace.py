@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
 from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment, get_path, iter_field_paths, set_path
 from lab.messages import Text, render, text
@@ -61,6 +61,21 @@ class Workspace(BaseModel):
     a: Experiment | None = Field(None, description="The saved A side of Compare A / B (null when none).")
     undo: list[HistoryEntry] = Field(default_factory=list, description="Undoable entries, newest last.")
     redo: list[HistoryEntry] = Field(default_factory=list, description="Redoable entries, newest last.")
+
+
+_HISTORY = TypeAdapter(list[HistoryEntry])
+
+
+def workspace_json(ws: Workspace) -> dict[str, Any]:
+    """The workspace as the page stores it and sends back with every action. History entries leave
+    out the keys that hold their defaults (no label key, no reason, empty parameters): a plain
+    edit's entry is then a third of the size, and every request parses, validates and sends the
+    whole history (up to MAX_HISTORY entries), on the server and in the page. `Workspace.model_validate`
+    reads it back equal to `ws` (the left-out keys take their defaults)."""
+    data = ws.model_dump(mode="json", include={"b", "a"})
+    for side in ("undo", "redo"):
+        data[side] = _HISTORY.dump_python(getattr(ws, side), mode="json", exclude_defaults=True)
+    return data
 
 
 # --- helpers ----------------------------------------------------------------------------------------
