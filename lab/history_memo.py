@@ -1,0 +1,94 @@
+"""The undo/redo histories the lab wrote last, so a request that sends one back is neither validated
+nor written out again.
+
+The page sends its whole history (up to MAX_HISTORY entries) with every action and gets it back one
+entry longer: validating those entries and dumping them again cost more than the rest of an edit.
+`HistoryMemo` keeps the histories it wrote, keyed by their exact contents in `marshal` format 0
+(types and key order included: 1, 1.0 and true never stand for one another), with the entries they
+were written from. A history that arrives with exactly those contents IS those entries: validating it
+would build equal ones, so nothing is accepted that would be refused. Anything else (edited,
+truncated, reordered, written by another server) is validated in full.
+
+Each entry's JSON is kept beside it, so writing an answer's history dumps only its new entries, and
+the key of the history is put together from its entries' keys. Both tables are bounded LRUs: memory
+stays flat however many requests come. The JSON values are shared between answers: nothing
+downstream may modify them.
+"""
+from __future__ import annotations
+
+import marshal
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+E = TypeVar("E")
+
+
+def contents_key(value: Any) -> bytes | None:
+    """The exact contents of a JSON value as bytes (None for what JSON cannot hold)."""
+    try:
+        return marshal.dumps(value, 0)
+    except ValueError:
+        return None
+
+
+def _list_key(item_keys: list[bytes]) -> bytes:
+    """`contents_key` of a list, from its items' keys (format 0: '[', the count, the items)."""
+    return b"[" + struct.pack("<i", len(item_keys)) + b"".join(item_keys)
+
+
+class HistoryMemo(Generic[E]):
+    def __init__(self, dump: Callable[[E], Any], histories: int = 64, entries: int = 8192) -> None:
+        self._dump = dump
+        self.histories, self.entries = histories, entries
+        self._lists: OrderedDict[bytes, list[E]] = OrderedDict()
+        # id(entry) -> (entry, its JSON, its key); the entry itself is held so its id is not reused.
+        self._items: OrderedDict[int, tuple[E, Any, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def known(self, data: Any) -> list[E] | None:
+        """The entries a history written here was made from, when `data` has exactly its contents."""
+        if not isinstance(data, list) or not data:
+            return None
+        key = contents_key(data)
+        with self._lock:
+            hit = self._lists.get(key) if key is not None else None
+            if hit is None:
+                return None
+            self._lists.move_to_end(key)
+            return list(hit)
+
+    def dump(self, entries: list[E]) -> list[Any]:
+        """The JSON of `entries` (each entry's dump), remembered for `known`."""
+        out: list[Any] = []
+        keys: list[bytes] = []
+        with self._lock:
+            for entry in entries:
+                item = self._items.get(id(entry))
+                if item is None or item[0] is not entry:
+                    value = self._dump(entry)
+                    item = (entry, value, marshal.dumps(value, 0))
+                    self._items[id(entry)] = item
+                else:
+                    self._items.move_to_end(id(entry))
+                out.append(item[1])
+                keys.append(item[2])
+            while len(self._items) > self.entries:
+                self._items.popitem(last=False)
+            if entries:
+                key = _list_key(keys)
+                self._lists[key] = list(entries)
+                self._lists.move_to_end(key)
+                while len(self._lists) > self.histories:
+                    self._lists.popitem(last=False)
+        return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._lists.clear()
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._lists)
