@@ -9,9 +9,10 @@ were written from. A history that arrives with exactly those contents IS those e
 would build equal ones, so nothing is accepted that would be refused. Anything else (edited,
 truncated, reordered, written by another server) is validated in full.
 
-Each entry's JSON is kept beside it, so writing an answer's history dumps only its new entries, and
-the key of the history is put together from its entries' keys. Both tables are bounded LRUs: memory
-stays flat however many requests come. The JSON values are shared between answers: nothing
+Each entry's JSON is kept beside it while a remembered history holds the entry, so writing an
+answer's history dumps only its new entries, and the key of the history is put together from its
+entries' keys. The last `histories` histories are kept (an LRU), so memory stays flat however many
+requests come. The JSON values are shared between answers: nothing
 downstream may modify them.
 """
 from __future__ import annotations
@@ -40,12 +41,14 @@ def _list_key(item_keys: list[bytes]) -> bytes:
 
 
 class HistoryMemo(Generic[E]):
-    def __init__(self, dump: Callable[[E], Any], histories: int = 64, entries: int = 8192) -> None:
+    def __init__(self, dump: Callable[[E], Any], histories: int = 32) -> None:
         self._dump = dump
-        self.histories, self.entries = histories, entries
+        self.histories = histories
         self._lists: OrderedDict[bytes, list[E]] = OrderedDict()
-        # id(entry) -> (entry, its JSON, its key); the entry itself is held so its id is not reused.
-        self._items: OrderedDict[int, tuple[E, Any, bytes]] = OrderedDict()
+        # id(entry) -> (entry, its JSON, its key), for the entries of the remembered histories only
+        # (counted in _uses): the entry itself is held, so its id is not reused while it is here.
+        self._items: dict[int, tuple[E, Any, bytes]] = {}
+        self._uses: dict[int, int] = {}
         self._lock = threading.Lock()
 
     def known(self, data: Any) -> list[E] | None:
@@ -65,30 +68,40 @@ class HistoryMemo(Generic[E]):
         out: list[Any] = []
         keys: list[bytes] = []
         with self._lock:
+            fresh: dict[int, tuple[E, Any, bytes]] = {}
             for entry in entries:
-                item = self._items.get(id(entry))
+                item = self._items.get(id(entry)) or fresh.get(id(entry))
                 if item is None or item[0] is not entry:
                     value = self._dump(entry)
-                    item = (entry, value, marshal.dumps(value, 0))
-                    self._items[id(entry)] = item
-                else:
-                    self._items.move_to_end(id(entry))
+                    item = fresh[id(entry)] = (entry, value, marshal.dumps(value, 0))
                 out.append(item[1])
                 keys.append(item[2])
-            while len(self._items) > self.entries:
-                self._items.popitem(last=False)
             if entries:
-                key = _list_key(keys)
-                self._lists[key] = list(entries)
-                self._lists.move_to_end(key)
-                while len(self._lists) > self.histories:
-                    self._lists.popitem(last=False)
+                self._remember(_list_key(keys), list(entries), fresh)
         return out
+
+    def _remember(self, key: bytes, entries: list[E], fresh: dict[int, tuple[E, Any, bytes]]) -> None:
+        for entry in entries:  # counted first: an entry the replaced list holds too stays
+            if id(entry) in fresh:
+                self._items[id(entry)] = fresh[id(entry)]
+            self._uses[id(entry)] = self._uses.get(id(entry), 0) + 1
+        if key in self._lists:  # the same contents again: the latest entries stand for them
+            self._release(self._lists.pop(key))
+        self._lists[key] = entries
+        while len(self._lists) > self.histories:
+            self._release(self._lists.popitem(last=False)[1])
+
+    def _release(self, entries: list[E]) -> None:
+        for entry in entries:
+            self._uses[id(entry)] -= 1
+            if not self._uses[id(entry)]:
+                del self._uses[id(entry)], self._items[id(entry)]
 
     def clear(self) -> None:
         with self._lock:
             self._lists.clear()
             self._items.clear()
+            self._uses.clear()
 
     def __len__(self) -> int:
         return len(self._lists)

@@ -60,7 +60,7 @@ def _entry(label: str | Text, changes: list[FieldChange]) -> HistoryEntry:
 _ENTRY = TypeAdapter(HistoryEntry)
 # The histories written into the last answers (lab/history_memo.py): the page sends them back.
 SENT_HISTORIES: HistoryMemo[HistoryEntry] = HistoryMemo(
-    lambda e: _ENTRY.dump_python(e, mode="json", exclude_defaults=True), histories=64, entries=32 * MAX_HISTORY)
+    lambda e: _ENTRY.dump_python(e, mode="json", exclude_defaults=True), histories=32)
 
 
 class Workspace(BaseModel):

@@ -258,10 +258,17 @@ def test_a_tampered_history_path_is_refused_even_after_the_history_was_answered(
 
 
 def test_the_remembered_histories_stay_bounded():
-    memo: HistoryMemo[HistoryEntry] = HistoryMemo(lambda e: e.model_dump(mode="json"), histories=4, entries=50)
+    memo: HistoryMemo[HistoryEntry] = HistoryMemo(lambda e: e.model_dump(mode="json"), histories=4)
+    ws = _history(30)
     for n in range(10):
-        memo.dump(_history(30 + n).undo)
-    assert len(memo) == 4 and len(memo._items) == 50
+        ws = edit(ws, "task.num_rollout", 1000 + n)
+        memo.dump(ws.undo)
+        memo.dump(_history(5).undo)  # another user's history
+    assert len(memo) == 4
+    # only the entries of the remembered histories are kept: our last three (40 entries in all) and
+    # the other user's latest five (the same contents again stand for the latest entries)
+    assert len(memo._items) == 30 + 10 + 5 and set(memo._items) == set(memo._uses)
+    assert all(memo._items[id(e)][0] is e for e in ws.undo)
 
 
 def test_the_encoded_answer_holds_the_same_values_as_json_dumps():
