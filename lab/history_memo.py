@@ -70,10 +70,11 @@ class HistoryMemo(Generic[E]):
         with self._lock:
             fresh: dict[int, tuple[E, Any, bytes]] = {}
             for entry in entries:
-                item = self._items.get(id(entry)) or fresh.get(id(entry))
+                i = id(entry)
+                item = self._items.get(i) or fresh.get(i)
                 if item is None or item[0] is not entry:
                     value = self._dump(entry)
-                    item = fresh[id(entry)] = (entry, value, marshal.dumps(value, 0))
+                    item = fresh[i] = (entry, value, marshal.dumps(value, 0))
                 out.append(item[1])
                 keys.append(item[2])
             if entries:
@@ -81,10 +82,11 @@ class HistoryMemo(Generic[E]):
         return out
 
     def _remember(self, key: bytes, entries: list[E], fresh: dict[int, tuple[E, Any, bytes]]) -> None:
+        self._items.update(fresh)
+        uses = self._uses
         for entry in entries:  # counted first: an entry the replaced list holds too stays
-            if id(entry) in fresh:
-                self._items[id(entry)] = fresh[id(entry)]
-            self._uses[id(entry)] = self._uses.get(id(entry), 0) + 1
+            i = id(entry)
+            uses[i] = uses.get(i, 0) + 1
         if key in self._lists:  # the same contents again: the latest entries stand for them
             self._release(self._lists.pop(key))
         self._lists[key] = entries
@@ -92,10 +94,12 @@ class HistoryMemo(Generic[E]):
             self._release(self._lists.popitem(last=False)[1])
 
     def _release(self, entries: list[E]) -> None:
+        uses = self._uses
         for entry in entries:
-            self._uses[id(entry)] -= 1
-            if not self._uses[id(entry)]:
-                del self._uses[id(entry)], self._items[id(entry)]
+            i = id(entry)
+            uses[i] -= 1
+            if not uses[i]:
+                del uses[i], self._items[i]
 
     def clear(self) -> None:
         with self._lock:
