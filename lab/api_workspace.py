@@ -282,7 +282,7 @@ def _commands(exp: Experiment, d: Any) -> dict[str, Any]:
 def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
     """Everything the page draws for this workspace (English texts; `localized` translates)."""
     exp = ws.b
-    ws_json = ws.model_dump(mode="json")
+    ws_json = workspace.workspace_json(ws)
     prov = _provenance(exp)
     shown = _experiment_view(exp, prov)
     share_link_ab = _fragment(share.encode_ab_link(ws.a, exp)) if ws.a is not None else None

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
 from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment, get_path, iter_field_paths, set_path
+from lab.history_memo import HistoryMemo
 from lab.messages import Text, render, text
 from lab.rules import ChangeError, FieldChange, apply_change, new_experiment, unknown_field_error, validated
 
@@ -56,11 +57,40 @@ def _entry(label: str | Text, changes: list[FieldChange]) -> HistoryEntry:
     return HistoryEntry(label=label, changes=changes)
 
 
+_ENTRY = TypeAdapter(HistoryEntry)
+# The histories written into the last answers (lab/history_memo.py): the page sends them back.
+SENT_HISTORIES: HistoryMemo[HistoryEntry] = HistoryMemo(
+    lambda e: _ENTRY.dump_python(e, mode="json", exclude_defaults=True), histories=32)
+
+
 class Workspace(BaseModel):
     b: Experiment = Field(default_factory=new_experiment, description="The experiment being edited and exported.")
     a: Experiment | None = Field(None, description="The saved A side of Compare A / B (null when none).")
     undo: list[HistoryEntry] = Field(default_factory=list, description="Undoable entries, newest last.")
     redo: list[HistoryEntry] = Field(default_factory=list, description="Redoable entries, newest last.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sent_back(cls, data: Any) -> Any:
+        # A history sent back exactly as an answer wrote it is the entries it was written from.
+        if isinstance(data, dict):
+            for side in ("undo", "redo"):
+                known = SENT_HISTORIES.known(data.get(side))
+                if known is not None:
+                    data = {**data, side: known}
+        return data
+
+
+def workspace_json(ws: Workspace) -> dict[str, Any]:
+    """The workspace as the page stores it and sends back with every action. History entries leave
+    out the keys that hold their defaults (no label key, no reason, empty parameters): a plain
+    edit's entry is then a third of the size, and every request parses, validates and sends the
+    whole history (up to MAX_HISTORY entries), on the server and in the page. `Workspace.model_validate`
+    reads it back equal to `ws` (the left-out keys take their defaults)."""
+    data = ws.model_dump(mode="json", include={"b", "a"})
+    data["undo"] = SENT_HISTORIES.dump(ws.undo)
+    data["redo"] = SENT_HISTORIES.dump(ws.redo)
+    return data
 
 
 # --- helpers ----------------------------------------------------------------------------------------

@@ -15,10 +15,21 @@ from fastapi.testclient import TestClient
 from lab import api_workspace as api
 from lab import rules, safe_json
 from lab.app import create_app
+from lab.history_memo import HistoryMemo, contents_key
 from lab.memo import Memo
 from lab.render import render_all
 from lab.repair import propose_repairs
-from lab.workspace import Workspace, edit, edit_many
+from lab.workspace import (
+    MAX_HISTORY,
+    SENT_HISTORIES,
+    HistoryEntry,
+    Workspace,
+    edit,
+    edit_many,
+    reset,
+    undo,
+    workspace_json,
+)
 
 
 def _reference_depth(text: str) -> int:
@@ -157,6 +168,107 @@ def test_a_changed_source_or_template_is_not_answered_from_memory(tmp_path):
     finally:
         os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert api._sources_key(prov) == key
+
+
+def test_a_plain_edit_travels_in_the_history_as_its_label_and_its_change_alone():
+    """The history goes to the server and back with every request: an entry carries no key that
+    holds its default (no label key, no reason, no empty parameters), which kept a plain edit's
+    entry to a third of its size and made each request at 200 entries 20 KB smaller."""
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
+    ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    for i in range(3):
+        ws = client.post("/api/workspace", json={"workspace": ws, "action": {
+            "type": "edit", "path": "task.num_rollout", "value": 10 + i}}).json()["workspace"]
+    entry = ws["undo"][-1]
+    assert set(entry) == {"label", "changes"} and set(entry["changes"][0]) == {"path", "old", "new"}
+    assert ws["redo"] == [] and len(ws["undo"]) == 3
+    v = client.post("/api/workspace", json={"workspace": ws, "action": {"type": "reset"}}).json()
+    keyed = v["workspace"]["undo"][-1]  # a keyed label and keyed reasons keep their keys
+    assert keyed["label_id"] == "label.reset" and all(c.get("reason_id") for c in keyed["changes"])
+    assert v["history_labels"]["undo"] == keyed["label"]
+
+
+def test_the_history_as_sent_reads_back_equal_to_the_workspace():
+    ws = Workspace()
+    for n in range(MAX_HISTORY + 5):
+        ws = edit(ws, "task.num_rollout", 100 + n)
+    ws = undo(undo(reset(edit(ws, "placement.ownership", "colocated"))))
+    sent = workspace_json(ws)
+    assert list(sent) == list(ws.model_dump(mode="json")) and len(sent["undo"]) == MAX_HISTORY - 2 and len(sent["redo"]) == 2
+    assert Workspace.model_validate(json.loads(json.dumps(sent))) == ws
+    full = json.dumps(ws.model_dump(mode="json", include={"undo", "redo"}))
+    assert len(json.dumps({k: sent[k] for k in ("undo", "redo")})) < 0.7 * len(full)
+
+
+def _history(n: int) -> Workspace:
+    ws = Workspace()
+    for i in range(n):
+        ws = edit(ws, "task.num_rollout", 100 + i)
+    return ws
+
+
+def test_a_history_sent_back_as_answered_is_not_validated_or_dumped_again():
+    dumped: list[HistoryEntry] = []
+
+    def dump(e: HistoryEntry):
+        dumped.append(e)
+        return e.model_dump(mode="json", exclude_defaults=True)
+
+    memo: HistoryMemo[HistoryEntry] = HistoryMemo(dump)
+    ws = _history(MAX_HISTORY)
+    sent = json.loads(json.dumps(memo.dump(ws.undo)))  # what the page stores and sends back
+    assert len(dumped) == MAX_HISTORY and contents_key(sent) is not None
+    known = memo.known(sent)
+    assert known is not None and all(a is b for a, b in zip(known, ws.undo, strict=True))
+    after = edit(ws.model_copy(update={"undo": known}), "rollout.temperature", 0.5)
+    dumped.clear()
+    again = memo.dump(after.undo)
+    assert dumped == [after.undo[-1]], "only the new entry is dumped"
+    assert again == after.model_dump(mode="json", include={"undo"}, exclude_defaults=True)["undo"]
+
+
+@pytest.mark.parametrize("change", [
+    lambda h: h[3]["changes"][0].update(old=float(h[3]["changes"][0]["old"])),  # 103 -> 103.0
+    lambda h: h[3]["changes"][0].update(new=True),
+    lambda h: h[3]["changes"][0].update(path="task.nope"),
+    lambda h: h[3].update(label="mine"),
+    lambda h: h.pop(0),
+    lambda h: h.reverse(),
+    lambda h: h[3].update({"label": h[3].pop("label")}),  # the same values, keys in another order
+])
+def test_a_history_not_exactly_as_answered_is_validated_in_full(change):
+    ws = _history(6)
+    sent = json.loads(json.dumps(workspace_json(ws)))
+    assert Workspace.model_validate(sent).undo[0] is ws.undo[0]
+    change(sent["undo"])
+    assert SENT_HISTORIES.known(sent["undo"]) is None
+    mine = Workspace.model_validate(sent)
+    assert not any(a is b for a in mine.undo for b in ws.undo)
+    assert mine.model_dump(mode="json") == Workspace.model_validate(json.loads(json.dumps(sent))).model_dump(mode="json")
+
+
+def test_a_tampered_history_path_is_refused_even_after_the_history_was_answered():
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
+    ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    ws = client.post("/api/workspace", json={"workspace": ws, "action": {
+        "type": "edit", "path": "task.num_rollout", "value": 10}}).json()["workspace"]
+    ws["undo"][0]["changes"][0]["path"] = "task.nope"
+    r = client.post("/api/workspace", json={"workspace": ws, "action": {"type": "undo"}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "path"
+
+
+def test_the_remembered_histories_stay_bounded():
+    memo: HistoryMemo[HistoryEntry] = HistoryMemo(lambda e: e.model_dump(mode="json"), histories=4)
+    ws = _history(30)
+    for n in range(10):
+        ws = edit(ws, "task.num_rollout", 1000 + n)
+        memo.dump(ws.undo)
+        memo.dump(_history(5).undo)  # another user's history
+    assert len(memo) == 4
+    # only the entries of the remembered histories are kept: our last three (40 entries in all) and
+    # the other user's latest five (the same contents again stand for the latest entries)
+    assert len(memo._items) == 30 + 10 + 5 and set(memo._items) == set(memo._uses)
+    assert all(memo._items[id(e)][0] is e for e in ws.undo)
 
 
 def test_the_encoded_answer_holds_the_same_values_as_json_dumps():
