@@ -121,21 +121,17 @@ async def render(request: Request) -> RenderResponse:
 
 @router.post("/share", response_model=ShareResponse)
 async def share(request: Request) -> ShareResponse:
+    from lab import share as share_mod
+
     body = await read_body(request, ExperimentRequest)
-    try:
-        from lab import share as share_mod
-    except ImportError:
-        raise _error(501, ["body"], "sharing is not available in this build (lab/share.py is missing)") from None
     return ShareResponse(link=share_mod.encode_link(body.experiment))
 
 
 @router.post("/share/open", response_model=OpenResponse)
 async def share_open(request: Request) -> OpenResponse:
+    from lab import share as share_mod
+
     body = await read_body(request, LinkRequest)
-    try:
-        from lab import share as share_mod
-    except ImportError:
-        raise _error(501, ["body"], "sharing is not available in this build (lab/share.py is missing)") from None
     try:
         sides = share_mod.checked_choices(body.link)
     except share_mod.ShareError as exc:  # the message names what is wrong with the link, in the request's language

@@ -188,10 +188,8 @@ def _files(exp: Experiment, findings: list[Any], derived: Any,
            prov: dict[str, Any] | None) -> tuple[dict[str, str], str | None]:
     """The generated files, or ({}, why) when rendering fails: the page keeps working and says so
     in the export area instead of losing the user's state."""
-    try:
-        from lab.render import render_all
-    except ImportError:
-        return {}, "lab.render is not available in this build"
+    from lab.render import render_all
+
     try:
         return dict(render_all(exp, findings, derived, prov)), None
     except Exception as exc:  # noqa: BLE001 - reported to the user, never swallowed silently

@@ -201,10 +201,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_share(args: argparse.Namespace) -> int:
-    try:
-        from lab import share
-    except ImportError:
-        raise UserError("sharing is not available in this build (lab/share.py is missing)") from None
+    from lab import share
+
     if args.open is not None:
         if args.experiment is not None:
             raise UserError("give either EXPERIMENT.json or --open LINK, not both")

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, RedirectResponse
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from lab.docs import LANGS, page_path, render_markdown
+from lab.messages import localize_text
 from lab.page import TEMPLATES_DIR
 
 router = APIRouter()
@@ -39,15 +40,24 @@ def docs_root() -> RedirectResponse:
     return RedirectResponse("/docs/en/index.md")
 
 
-@router.get("/docs/{lang}/", include_in_schema=False)
-def docs_lang(lang: str) -> RedirectResponse:
+def _not_found(lang: str, key: str, **params: str) -> HTMLResponse:
+    """A docs page's 404 in the language of the path (a reader followed a link: HTML, not JSON)."""
+    text = localize_text(key, {**params, "index": f"/docs/{lang}/index.md"}, lang)
+    page = _environment().get_template("doc.html").render(
+        title="404", body=Markup(f"<p>{escape(text)}</p>"), lang=lang, other=None, index=f"/docs/{lang}/index.md")
+    return HTMLResponse(page, status_code=404)
+
+
+@router.get("/docs/{lang}/", include_in_schema=False, response_model=None)
+def docs_lang(lang: str) -> RedirectResponse | HTMLResponse:
     if lang not in LANGS:
-        raise HTTPException(404, f"no docs in {lang!r}; known: {', '.join(LANGS)}")
+        return _not_found("en", "docs.no_lang", lang=lang, known=", ".join(LANGS))
     return RedirectResponse(f"/docs/{lang}/index.md")
 
 
 @router.get("/docs/{rel:path}", response_class=HTMLResponse, include_in_schema=False)
 def docs_page(rel: str) -> HTMLResponse:
     if page_path(rel) is None:
-        raise HTTPException(404, f"no docs page {rel!r}; the index is /docs/en/index.md")
+        first = rel.split("/", 1)[0]
+        return _not_found(first if first in LANGS else "en", "docs.no_page", page=rel)
     return HTMLResponse(render_doc(rel), headers={"Cache-Control": "no-cache"})

@@ -263,7 +263,10 @@ def test_the_lab_serves_every_docs_page_with_mathml_and_working_links(lang: str)
             assert client.get(href).status_code == 200, f"{lang}/{page} links {href}"
     assert math_pages >= 7
     assert client.get("/docs/en/../../README.md").status_code == 404
-    assert client.get(f"/docs/{lang}/no-such-page.md").status_code == 404
+    missing = client.get(f"/docs/{lang}/no-such-page.md")
+    assert missing.status_code == 404 and "text/html" in missing.headers["content-type"]
+    assert {"en": "There is no docs page", "zh": "没有文档页面"}[lang] in missing.text  # the reader's language
+    assert f'href="/docs/{lang}/index.md"' in missing.text
 
 
 def test_source_files_cite_docs_pages_not_reference_files_outside_the_repository() -> None:
