@@ -1,6 +1,6 @@
 """Load test of the lab server: concurrent clients editing over loopback, bounded in count and time.
 
-    python bench/bench_lab_load.py [--clients 20] [--requests 20000] [--max-seconds 900] [--out FILE]
+    python bench/bench_lab_load.py [--clients 20] [--requests 20000] [--max-seconds 900] [--workers N] [--out FILE]
 
 Starts the real server (`python -m lab.cli serve`, one process, as a user runs it) on a free
 127.0.0.1 port, then runs `--clients` threads, each a user with its own workspace and a keep-alive
@@ -46,18 +46,35 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def process_tree(pid: int) -> list[int]:
+    """The server and its descendants (`serve --workers N` answers in N child processes)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            todo += [int(c) for c in task.read_text().split()]
+    return out
+
+
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """VmRSS of the server's processes, summed."""
+    total = 0.0
+    for p in process_tree(pid):
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) / 1024
+    return total
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds (what it computed, whatever else ran on the machine)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """utime + stime of the server's processes, in seconds (what they computed, whatever else ran)."""
+    total = 0.0
+    for p in process_tree(pid):
+        stat = Path(f"/proc/{p}/stat").read_text()
+        fields = stat[stat.rindex(")") + 2:].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -129,12 +146,14 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=900)
     ap.add_argument("--hang-seconds", type=float, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab_load.json"))
+    ap.add_argument("--workers", type=int, default=1, help="passed to `slime-lab serve --workers`")
     args = ap.parse_args()
 
     load_at_start = os.getloadavg()  # other jobs on the machine: the figures mean little without it
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, "-m", "lab.cli", "serve", "--port", str(port)], cwd=ROOT, env=env,
+    server = subprocess.Popen([sys.executable, "-m", "lab.cli", "serve", "--port", str(port), "--workers",
+                               str(args.workers)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
@@ -149,9 +168,12 @@ def main() -> int:
                     raise SystemExit("the lab server did not start: " + server.stderr.read().decode()[-2000:]) from exc
                 time.sleep(0.2)
         # Warm-up: every edit once (imports, caches), then the baseline RSS.
-        warm = Budget(len(EDITS) * 3, 120, args.hang_seconds)
-        w = Client(0, port, warm)
-        w.run()
+        warm = Budget(len(EDITS) * 3 * args.workers, 120, args.hang_seconds)
+        warmers = [Client(i, port, warm) for i in range(2 * args.workers)]  # connections reach every process
+        for w in warmers:
+            w.start()
+        for w in warmers:
+            w.join()
         rss_start = rss_mib(server.pid)
         cpu_start = cpu_seconds(server.pid)
         peak = [rss_start]
@@ -182,7 +204,7 @@ def main() -> int:
     errors = [e for c in clients for e in c.errors]
     hung = sum(x > args.hang_seconds for x in lat) + sum("timed out" in e for e in errors)
     result = {
-        "clients": args.clients, "requests": len(lat), "seconds": round(wall, 1),
+        "clients": args.clients, "server_workers": args.workers, "requests": len(lat), "seconds": round(wall, 1),
         "requests_per_s": round(len(lat) / wall, 1),
         "latency_ms": {"p50": round(1000 * statistics.median(lat), 1), "p90": round(1000 * percentile(lat, 0.9), 1),
                        "p99": round(1000 * percentile(lat, 0.99), 1), "max": round(1000 * max(lat), 1)},

@@ -17,6 +17,19 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
 
+APP_SETTINGS_ENV = "SLIME_LAB_APP_SETTINGS"  # `serve --workers N`: the settings every process builds its app from
+
+
+def app_from_env() -> FastAPI:
+    """The app of one server process of `slime-lab serve --workers N` (uvicorn imports this factory
+    in each process; the settings come from the command line through the environment)."""
+    import json
+    import os
+
+    settings = json.loads(os.environ[APP_SETTINGS_ENV])
+    return create_app(host=settings["host"], allow_hosts=settings["allow_hosts"], openapi=settings["openapi"])
+
+
 def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (), openapi: bool = False) -> FastAPI:
     """The lab. `host`: the address it is bound to; `allow_hosts`: further host names requests may
     name (a reverse proxy's); `openapi`: serve /openapi.json (off: the lab's API is for its page)."""

@@ -1,7 +1,7 @@
 """`slime-lab`: the Quick Start lab from a terminal. Same functions as the page, same bytes.
 
     slime-lab [--host H] [--port P]             # serve the page on 127.0.0.1:8765
-    slime-lab serve [--host H] [--port P] [--allow-host NAME ...] [--openapi]
+    slime-lab serve [--host H] [--port P] [--allow-host NAME ...] [--openapi] [--workers N]
     slime-lab recipes
     slime-lab render (--model NAME | EXPERIMENT.json) [--set field.path=value ...] -o DIR
     slime-lab validate EXPERIMENT.json          # exit 1 on errors
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
@@ -101,10 +102,20 @@ def build_experiment(model: str | None, source: str | None, sets: Sequence[str])
 
 # --- commands -----------------------------------------------------------------------------------
 
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise argparse.ArgumentTypeError(f"--workers takes a whole number of processes from 1 to 64, not {text!r}")
+    return n
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from lab.app import create_app
+    from lab.app import APP_SETTINGS_ENV, create_app
     from lab.guard import WILDCARD_HOSTS
 
     allow = args.allow_host or []
@@ -115,6 +126,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.host in WILDCARD_HOSTS and not allow:
         print("slime-lab: note: requests must name this machine as 127.0.0.1 or localhost; to open the lab "
               "under another name or address, add --allow-host NAME", file=sys.stderr)
+    if args.workers > 1:  # each process builds its own app from the same settings (lab.app.app_from_env)
+        os.environ[APP_SETTINGS_ENV] = json.dumps({"host": args.host, "allow_hosts": allow, "openapi": args.openapi})
+        uvicorn.run("lab.app:app_from_env", factory=True, host=args.host, port=args.port, workers=args.workers,
+                    log_level="warning")
+        return 0
     app = create_app(host=args.host, allow_hosts=allow, openapi=args.openapi)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
@@ -229,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also answer requests that name this host (a proxy's name, this machine's address); "
                         "others are refused, so a web page cannot drive the lab through DNS rebinding")
     s.add_argument("--openapi", action="store_true", help="serve the API description at /openapi.json")
+    s.add_argument("--workers", type=_workers, default=1, metavar="N",
+                   help="server processes (default 1). The lab keeps no session, so a lab shared by many "
+                        "users can answer on N cores: one process answers one edit at a time")
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("recipes", help="list the models (first column: the name --model takes)")

@@ -166,6 +166,22 @@ def test_allow_host_and_openapi_are_passed_to_the_app(capsys, monkeypatch):
     assert app.get("/api/recipes", headers={"host": "192.0.2.7"}).status_code == 400
 
 
+def test_serve_workers_gives_every_process_the_same_settings(capsys, monkeypatch):
+    from lab.app import APP_SETTINGS_ENV, app_from_env
+
+    seen = {}
+    monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.update(app=app, **kw))
+    monkeypatch.delenv(APP_SETTINGS_ENV, raising=False)
+    code, _, _ = main(capsys, "serve", "--workers", "2", "--allow-host", "lab.internal", "--openapi")
+    assert code == 0 and seen["workers"] == 2 and seen["factory"] is True
+    module, name = seen["app"].split(":")  # uvicorn imports the factory in each worker process
+    assert (module, name) == ("lab.app", "app_from_env")
+    app = TestClient(app_from_env(), base_url="http://lab.internal")  # what a worker builds
+    assert app.get("/openapi.json").status_code == 200
+    assert app.get("/api/recipes", headers={"host": "192.0.2.7"}).status_code == 400
+    assert main(capsys, "serve", "--workers", "0")[0] == 2  # refused with a message, nothing served
+
+
 def test_bare_port_flag_serves_on_that_port(capsys, monkeypatch):
     seen = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.update(app=app, **kw))
