@@ -28,6 +28,8 @@ import threading
 import time
 from pathlib import Path
 
+import pydantic_core
+
 ROOT = Path(__file__).resolve().parents[1]
 # Edits a user makes: (field, values cycled through). Each changes the rendered files.
 EDITS = [
@@ -90,10 +92,12 @@ class Client(threading.Thread):
         self.errors: list[str] = []
 
     def post(self, conn: http.client.HTTPConnection, body: dict) -> tuple[int, dict]:
-        raw = json.dumps(body).encode()
+        # pydantic-core's JSON (Rust): the clients share the server's 2 cores, and the json module
+        # would spend ~2.7 ms of them per request on a 38 KB body and an 86 KB answer (~0.9 ms here).
+        raw = pydantic_core.to_json(body)
         conn.request("POST", "/api/workspace", body=raw, headers={"Content-Type": "application/json"})
         resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
+        return resp.status, pydantic_core.from_json(resp.read())
 
     def run(self) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.budget.hang_s)
