@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+import report
 from bench_lab_load import EDITS  # the load test's edits: one definition
 
 
@@ -85,13 +85,9 @@ def main() -> int:
         "edits": args.edits,
         "repeat": measure("repeat", args.edits, args.history),
         "new": measure("new", args.edits, args.history),
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                    "load_avg_at_start": [round(x, 2) for x in load_at_start],
-                    "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": report.machine(load_at_start),
     }
-    print(json.dumps(result, indent=2))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    report.write(result, args.out)
     return 0
 
 

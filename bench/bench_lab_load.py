@@ -19,7 +19,6 @@ import argparse
 import http.client
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -29,6 +28,7 @@ import time
 from pathlib import Path
 
 import pydantic_core
+import report  # bench/report.py: python puts this script's folder first on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Edits a user makes: (field, values cycled through). Each changes the rendered files.
@@ -216,13 +216,9 @@ def main() -> int:
         "server_cpu_ms_per_request": round(1000 * cpu / max(1, len(lat)), 2),
         "rss_mib": {"after_warmup": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(max(peak), 1),
                     "quartiles": [round(peak[min(len(peak) - 1, len(peak) * q // 4)], 1) for q in range(1, 5)]},
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
-                    "load_avg_at_start": [round(x, 2) for x in load_at_start],
-                    "load_avg_at_end": [round(x, 2) for x in os.getloadavg()]},
+        "machine": report.machine(load_at_start),
     }
-    print(json.dumps(result, indent=2))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    report.write(result, args.out)
     return 1 if errors or hung or budget.cut_short else 0
 
 
