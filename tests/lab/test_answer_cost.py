@@ -298,3 +298,49 @@ def test_the_memo_keeps_the_latest_entries_under_concurrent_use():
     assert not errors and len(memo) <= 16
     memo.get("new", lambda: 1)
     assert memo.get("new", lambda: 2) == 1  # a remembered value is not recomputed
+
+
+def test_one_process_computes_one_answer_at_a_time(monkeypatch):
+    """Concurrent edits wait their turn instead of time-slicing the GIL (docs/en/lab.md)."""
+    import threading
+    import time
+
+    import anyio
+    import httpx
+
+    import lab.api_workspace as aw
+    from lab.app import create_app
+
+    running, most = [0], [0]
+    lock = threading.Lock()
+    answer = aw._answer
+
+    def counted(ws, req):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.02)  # long enough for the other requests to arrive meanwhile
+        try:
+            return answer(ws, req)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(aw, "_answer", counted)
+
+    async def six_at_once() -> list[int]:
+        transport = httpx.ASGITransport(app=create_app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            codes: list[int] = []
+
+            async def view() -> None:
+                r = await client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}})
+                codes.append(r.status_code)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(6):
+                    tg.start_soon(view)
+            return codes
+
+    assert anyio.run(six_at_once) == [200] * 6
+    assert most[0] == 1
