@@ -25,6 +25,55 @@ def group_reward(samples):
     return [1.0] * len(samples)
 """
 
+# The same reward, plus a gate that makes the test's two orderings certain rather than likely. The
+# armed call scores the even group that completes the batch, and the abort follows it at once:
+# - rollout 0 (RESUME empty): it waits until the engine has a row running (a running row holds at
+#   least its prefill token), takes the engine's model lock so no further step can finish that
+#   row, and hands the lock back only once the manager's abort has landed;
+# - rollout 1: it waits until every sample in RESUME has been continued, so the abort cannot land
+#   before a buffered group was admitted.
+# Timing alone raced under CI load: the abort once fell in the gap between one group finishing and
+# the next being admitted and found only queued rows, and once came before a resumed group ran.
+_GATE_HOOK = _HOOK.format(sleep=0.0) + """
+import threading
+CORE = None
+ARMED = 0  # the n-th even group scored while armed closes the gate (0: never)
+SEEN = [0]
+RESUME = []  # (sample, tokens it had when buffered)
+
+def gated_reward(samples):
+    rewards = group_reward(samples)
+    if ARMED and samples[0].prompt_id % 2 == 0:
+        SEEN[0] += 1
+        if SEEN[0] == ARMED:
+            _wait_for_resumed() if RESUME else _hold_engine_until_abort()
+    return rewards
+
+def _wait_for_resumed():
+    deadline = time.monotonic() + 30
+    while not all(s.response_length > k for s, k in RESUME):
+        assert time.monotonic() < deadline, "a buffered sample was not continued within 30 s"
+        time.sleep(0.005)
+
+def _hold_engine_until_abort():
+    deadline = time.monotonic() + 30
+    while CORE.batcher.running() == 0:
+        assert time.monotonic() < deadline, "no row reached the engine within 30 s"
+        time.sleep(0.005)
+    CORE.lock.acquire()
+    if CORE.batcher.running() == 0:  # the last row finished while we took the lock: try again
+        CORE.lock.release()
+        return _hold_engine_until_abort()
+    epoch = CORE._abort_epoch
+
+    def release():
+        end = time.monotonic() + 30
+        while CORE._abort_epoch == epoch and time.monotonic() < end:
+            time.sleep(0.005)
+        CORE.lock.release()
+    threading.Thread(target=release, daemon=True).start()
+"""
+
 
 @pytest.fixture(scope="module")
 def stack(tiny, tmp_path_factory):
@@ -41,17 +90,18 @@ def stack(tiny, tmp_path_factory):
     hooks = tmp_path_factory.mktemp("hooks")
     (hooks / "rm.py").write_text(_HOOK.format(sleep=0.25))
     (hooks / "rm_fast.py").write_text(_HOOK.format(sleep=0.0))
+    (hooks / "rm_gate.py").write_text(_GATE_HOOK)
     yield {"core": core, "router": rurl, "hooks": hooks}
     engine.stop()
     router.stop()
 
 
-def _manager(tiny, stack, hook="rm.py", **kw):
+def _manager(tiny, stack, hook="rm.py", fn="group_reward", **kw):
     from slime.rollout.manager import RolloutManager
 
     data = DataConfig(str(tiny["train"]), "prompt", "label", apply_chat_template=True, rollout_shuffle=True)
     ro = RolloutConfig(rollout_batch_size=2, n_samples_per_prompt=2, sampling=SamplingConfig(max_response_len=24),
-                       custom_rm_path=f"{stack['hooks'] / hook}:group_reward", group_rm=True, **kw)
+                       custom_rm_path=f"{stack['hooks'] / hook}:{fn}", group_rm=True, **kw)
     return RolloutManager(data, ro, EvalConfig(), str(tiny["model"]), stack["router"])
 
 
@@ -67,18 +117,21 @@ def test_over_sampling_keeps_exactly_rbs_groups_and_drops_the_rest_without_parti
 
 
 def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
+    from slime.rewards.hooks import load_function
+
     core = stack["core"]
-    # Decoding slower than scoring (0.05 s a step against 0.25 s a group): the second kept group is
-    # scored while later rows still queue or decode, so the abort always has work in flight. At
-    # 0.02 s a step the engine could finish every row first (seen once in CI).
-    core.step_delay_s = 0.05
-    core.batcher.max_running = 2  # a small engine: rows queue, so some are still running at the abort
+    core.step_delay_s = 0.02
+    core.batcher.max_running = 2  # a small engine: rows queue, so later groups wait behind the kept ones
     core.weight_version = "0"
-    m = _manager(tiny, stack, over_sampling_batch_size=6, partial_rollout=True,
-                 mask_offpolicy_in_partial_rollout=True,
+    gate = load_function(f"{stack['hooks'] / 'rm_gate.py'}:gated_reward", kind="group_reward").__globals__
+    gate.update(CORE=core, ARMED=2, SEEN=[0])  # the second kept group completes the batch of two
+    m = _manager(tiny, stack, hook="rm_gate.py", fn="gated_reward", over_sampling_batch_size=6,
+                 partial_rollout=True, mask_offpolicy_in_partial_rollout=True,
                  dynamic_sampling_filter_path="slime.rollout.filters.nonzero_reward_std")
     try:
         samples, metrics = m.generate(0)
+        gate["ARMED"] = 0
+        assert gate["SEEN"][0] >= 2, "the gate closed on the group that completed the batch"
         assert len(samples) == 4 and [s.group_index for s in samples] == [0, 0, 1, 1]
         assert all(s.prompt_id % 2 == 0 for s in samples)  # odd prompts score uniformly: std 0, dropped
         assert sorted({s.reward for s in samples}) == [0.0, 1.0]
@@ -98,10 +151,12 @@ def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
             [[s.response_tokens for s in g] for g in m.buffer]
 
         core.weight_version = "1"  # as after a weight sync
+        gate.update(ARMED=2, SEEN=[0], RESUME=[(s, s.response_length) for s in partial])
         samples1, metrics1 = m.generate(1)
+        gate.update(ARMED=0, RESUME=[])
         assert metrics1["rollout/partial_resumed_samples"] >= len(partial)
         resumed = [s for s in partial if s.response_length > len(old[id(s)][0])]
-        assert resumed, "buffered samples are continued first in the next rollout"
+        assert resumed == partial, "buffered samples are continued in the next rollout"
         for s in resumed:
             k = len(old[id(s)][0])
             assert s.response_tokens[:k] == old[id(s)][0] and s.rollout_log_probs[:k] == old[id(s)][1]
@@ -112,6 +167,7 @@ def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
         recs = build_records(samples1, 2, 2, "grpo", True, True)
         assert [r.response_mask for r in recs] == [s.loss_mask for s in samples1]
     finally:
+        gate.update(ARMED=0, RESUME=[])
         core.step_delay_s = 0.0
         core.batcher.max_running = None
 
