@@ -142,9 +142,9 @@ def test_abort_goes_to_the_workers_the_router_lists(router, engines):
             [PROMPT], {"max_new_tokens": 400, "ignore_eos": True})[0]))
         t.start()
         deadline = time.monotonic() + 30
-        while not any(s.core.busy for s in engines) and time.monotonic() < deadline:
+        # Decoding, not just received: a row aborted while it still queues has no tokens to return.
+        while not any(s.core.batcher.running() for s in engines) and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.2)
         for w in router["admin"].list_workers():  # what RolloutManager._abort_engines does
             EngineClient(w["url"]).abort(abort_all=True)
         t.join(timeout=60)

@@ -89,7 +89,10 @@ def test_a_request_running_when_the_sync_starts_finishes_on_the_old_version(engi
     t = threading.Thread(target=lambda: got.setdefault("out", client.generate(
         [PROMPT], {"max_new_tokens": 4, "temperature": 1.0, "sampling_seed": 3, "ignore_eos": True})[0]))
     t.start()
-    time.sleep(0.4)
+    deadline = time.monotonic() + 30  # a fixed sleep raced under load: wait for the row to be decoding
+    while core.batcher.running() == 0 and t.is_alive():
+        assert time.monotonic() < deadline, "the request never reached the engine"
+        time.sleep(0.01)
     try:
         for i, b in enumerate(buckets):
             client.update_weights_from_tensor(encode_bucket(b), version, "safetensors", i == len(buckets) - 1)
