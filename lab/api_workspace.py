@@ -36,7 +36,6 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 import pydantic_core
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -442,29 +441,16 @@ def _recipe_info(exp: Experiment) -> dict[str, Any] | None:
 
 @router.post("/api/workspace")
 async def post_workspace(request: Request) -> Any:
+    """Answered on the event loop, one request after another. An answer is a few milliseconds of
+    pure Python under the GIL: a worker thread per request only made 20 concurrent edits time-slice
+    the GIL with each other and with the loop (each waiting up to the 5 ms switch interval to get it
+    back), so every answer took about as long as all of them. On the loop they finish in arrival
+    order, the waiting ones cost nothing, and no thread hop is paid. Every answer's cost is bounded
+    (drawn nodes, history length, body size are capped), so no request holds the loop for long."""
     req = await read_json(request, WorkspaceRequest)
     ws = req.workspace if req.workspace is not None else Workspace()
     check_workspace(ws, req.lang)
-    return await anyio.to_thread.run_sync(_answer, ws, req, limiter=_answer_limiter())
-
-
-_LIMITERS: dict[int, anyio.CapacityLimiter] = {}
-
-
-def _answer_limiter() -> anyio.CapacityLimiter:
-    """One answer computed at a time. An answer is pure Python work under the GIL: with a thread per
-    request, 20 concurrent edits time-slice the GIL (each stat or read hands it over and waits up to
-    the 5 ms switch interval to get it back), so every answer took about as long as all of them.
-    One at a time, they finish in arrival order and the waiting ones cost nothing. One limiter per
-    event loop (a limiter belongs to the loop it was made in; tests start several)."""
-    import asyncio
-
-    loop = id(asyncio.get_running_loop())
-    if loop not in _LIMITERS:
-        if len(_LIMITERS) > 8:  # loops of finished test clients
-            _LIMITERS.clear()
-        _LIMITERS[loop] = anyio.CapacityLimiter(1)
-    return _LIMITERS[loop]
+    return _answer(ws, req)
 
 
 def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 FORBIDDEN_CHARS: dict[str, str] = {"\x00": "NUL", "\r": "CR", "\n": "LF"}
+_NOT_TEXT = frozenset({bool, int, float, type(None)})
 
 
 class TextRuleError(ValueError):
@@ -31,6 +32,10 @@ class TextRuleError(ValueError):
 
 
 def _problem(text: str, allow_dash: bool = False) -> TextRuleError | None:
+    # Every field of every experiment passes here on every request: the common case (printable
+    # ASCII: no NUL, CR, LF or surrogate) is answered by two C-level scans.
+    if text.isascii() and text.isprintable() and (allow_dash or not text.startswith("-")):
+        return None
     for ch, name in FORBIDDEN_CHARS.items():
         pos = text.find(ch)
         if pos >= 0:
@@ -48,6 +53,8 @@ def _problem(text: str, allow_dash: bool = False) -> TextRuleError | None:
 def check_text(value: Any, allow_dash: bool = False) -> Any:
     """Raise TextRuleError when `value` (a string or a list of strings) breaks the rule; else return it.
     `allow_dash`: the value is itself a list of flags (advanced.extra_flags), so it may begin with `-`."""
+    if value.__class__ in _NOT_TEXT:
+        return value
     if isinstance(value, str):
         err = _problem(value, allow_dash)
         if err is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
+import time
 
 import pytest
 
@@ -25,54 +27,84 @@ def group_reward(samples):
     return [1.0] * len(samples)
 """
 
-# The same reward, plus a gate that makes the test's two orderings certain rather than likely. The
-# armed call scores the even group that completes the batch, and the abort follows it at once:
-# - rollout 0 (RESUME empty): it waits until the engine has a row running (a running row holds at
-#   least its prefill token), takes the engine's model lock so no further step can finish that
-#   row, and hands the lock back only once the manager's abort has landed;
-# - rollout 1: it waits until every sample in RESUME has been continued, so the abort cannot land
-#   before a buffered group was admitted.
-# Timing alone raced under CI load: the abort once fell in the gap between one group finishing and
-# the next being admitted and found only queued rows, and once came before a resumed group ran.
+# The same reward, then a call the test installs (AFTER): it runs in the manager's thread once a
+# group is scored, before the manager decides whether the batch is complete.
 _GATE_HOOK = _HOOK.format(sleep=0.0) + """
-import threading
-CORE = None
-ARMED = 0  # the n-th even group scored while armed closes the gate (0: never)
-SEEN = [0]
-RESUME = []  # (sample, tokens it had when buffered)
+AFTER = None
 
 def gated_reward(samples):
     rewards = group_reward(samples)
-    if ARMED and samples[0].prompt_id % 2 == 0:
-        SEEN[0] += 1
-        if SEEN[0] == ARMED:
-            _wait_for_resumed() if RESUME else _hold_engine_until_abort()
+    if AFTER is not None:
+        AFTER(samples)
     return rewards
-
-def _wait_for_resumed():
-    deadline = time.monotonic() + 30
-    while not all(s.response_length > k for s, k in RESUME):
-        assert time.monotonic() < deadline, "a buffered sample was not continued within 30 s"
-        time.sleep(0.005)
-
-def _hold_engine_until_abort():
-    deadline = time.monotonic() + 30
-    while CORE.batcher.running() == 0:
-        assert time.monotonic() < deadline, "no row reached the engine within 30 s"
-        time.sleep(0.005)
-    CORE.lock.acquire()
-    if CORE.batcher.running() == 0:  # the last row finished while we took the lock: try again
-        CORE.lock.release()
-        return _hold_engine_until_abort()
-    epoch = CORE._abort_epoch
-
-    def release():
-        end = time.monotonic() + 30
-        while CORE._abort_epoch == epoch and time.monotonic() < end:
-            time.sleep(0.005)
-        CORE.lock.release()
-    threading.Thread(target=release, daemon=True).start()
 """
+
+
+class Lockstep:
+    """Makes the test's orderings certain instead of likely (timing alone raced under CI load: the
+    engine once finished every row before the batch was complete, so the abort found nothing).
+
+    Rows ignore EOS, so every row runs its full budget. The engine may not start an iteration while
+    a finished group waits to be scored, so groups finish one at a time and nothing runs ahead of
+    the scorer. When the group that completes the batch is scored (the `armed`-th even one), the
+    engine is let on until the next group is decoding, then held until the manager's abort has
+    landed: the abort always finds a row mid-decode, with tokens to return."""
+
+    def __init__(self, core, armed: int) -> None:
+        self.core, self.batcher, self.armed, self.seen = core, core.batcher, armed, 0
+        self.go = threading.Event()
+        self.go.set()
+        self._iteration, self._finish = self.batcher._iteration, self.batcher._finish
+        self.batcher._iteration, self.batcher._finish = self._gated_iteration, self._held_finish
+
+    def close(self) -> None:
+        self.batcher._iteration, self.batcher._finish = self._iteration, self._finish
+        self.go.set()
+
+    def _gated_iteration(self) -> None:
+        assert self.go.wait(60), "the engine was held for 60 s"
+        self._iteration()
+
+    def _held_finish(self, r, kind: str, matched=None) -> None:
+        self._finish(r, kind, matched)
+        if r.batch.left == 0 and kind != "abort":
+            self.go.clear()  # this group is on its way to the scorer: wait for it
+
+    def scored(self, samples) -> None:
+        self.seen += samples[0].prompt_id % 2 == 0
+        if self.seen != self.armed:
+            self.go.set()
+            return
+        epoch = self.core._abort_epoch
+        self.go.set()
+        deadline = time.monotonic() + 30
+        while self.batcher.running() == 0:  # a running row holds at least its prefill token
+            assert time.monotonic() < deadline, "no group was left to decode after the batch was complete"
+            time.sleep(0.002)
+        self.go.clear()
+
+        def release() -> None:
+            end = time.monotonic() + 30
+            while self.core._abort_epoch == epoch and time.monotonic() < end:
+                time.sleep(0.002)
+            self.go.set()
+        threading.Thread(target=release, daemon=True).start()
+
+
+def _wait_for_resumed(partial, armed: int):
+    """Rollout 1: when the group that completes the batch is scored, wait until every buffered
+    sample has been continued, so the abort cannot land before a buffered group was admitted."""
+    before = {id(s): s.response_length for s in partial}
+    seen = [0]
+
+    def after(samples) -> None:
+        seen[0] += samples[0].prompt_id % 2 == 0
+        if seen[0] == armed:
+            deadline = time.monotonic() + 30
+            while not all(s.response_length > before[id(s)] for s in partial):
+                assert time.monotonic() < deadline, "a buffered sample was not continued within 30 s"
+                time.sleep(0.005)
+    return after
 
 
 @pytest.fixture(scope="module")
@@ -116,22 +148,29 @@ def test_over_sampling_keeps_exactly_rbs_groups_and_drops_the_rest_without_parti
     assert m.source.position.offset == 4  # four prompts were submitted for a batch of two
 
 
-def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
+def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack, monkeypatch):
     from slime.rewards.hooks import load_function
+    from slime.rollout import manager
 
     core = stack["core"]
-    core.step_delay_s = 0.02
-    core.batcher.max_running = 2  # a small engine: rows queue, so later groups wait behind the kept ones
+    core.step_delay_s = 0.01
+    core.batcher.max_running = 2  # one group at a time: later groups queue behind the kept ones
     core.weight_version = "0"
-    gate = load_function(f"{stack['hooks'] / 'rm_gate.py'}:gated_reward", kind="group_reward").__globals__
-    gate.update(CORE=core, ARMED=2, SEEN=[0])  # the second kept group completes the batch of two
+    plain = manager.sampling_params
+    monkeypatch.setattr(manager, "sampling_params", lambda *a, **k: {**plain(*a, **k), "ignore_eos": True})
+    hook = load_function(f"{stack['hooks'] / 'rm_gate.py'}:gated_reward", kind="group_reward").__globals__
     m = _manager(tiny, stack, hook="rm_gate.py", fn="gated_reward", over_sampling_batch_size=6,
                  partial_rollout=True, mask_offpolicy_in_partial_rollout=True,
                  dynamic_sampling_filter_path="slime.rollout.filters.nonzero_reward_std")
+    lockstep = Lockstep(core, armed=2)  # the second kept group completes the batch of two
+    hook["AFTER"] = lockstep.scored
     try:
-        samples, metrics = m.generate(0)
-        gate["ARMED"] = 0
-        assert gate["SEEN"][0] >= 2, "the gate closed on the group that completed the batch"
+        try:
+            samples, metrics = m.generate(0)
+        finally:
+            hook["AFTER"] = None
+            lockstep.close()
+        assert lockstep.seen >= 2, "the group that completed the batch went through the lockstep"
         assert len(samples) == 4 and [s.group_index for s in samples] == [0, 0, 1, 1]
         assert all(s.prompt_id % 2 == 0 for s in samples)  # odd prompts score uniformly: std 0, dropped
         assert sorted({s.reward for s in samples}) == [0.0, 1.0]
@@ -151,9 +190,8 @@ def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
             [[s.response_tokens for s in g] for g in m.buffer]
 
         core.weight_version = "1"  # as after a weight sync
-        gate.update(ARMED=2, SEEN=[0], RESUME=[(s, s.response_length) for s in partial])
+        hook["AFTER"] = _wait_for_resumed(partial, armed=2)
         samples1, metrics1 = m.generate(1)
-        gate.update(ARMED=0, RESUME=[])
         assert metrics1["rollout/partial_resumed_samples"] >= len(partial)
         resumed = [s for s in partial if s.response_length > len(old[id(s)][0])]
         assert resumed == partial, "buffered samples are continued in the next rollout"
@@ -167,7 +205,7 @@ def test_filter_abort_partial_resume_and_offpolicy_mask(tiny, stack):
         recs = build_records(samples1, 2, 2, "grpo", True, True)
         assert [r.response_mask for r in recs] == [s.loss_mask for s in samples1]
     finally:
-        gate.update(ARMED=0, RESUME=[])
+        hook["AFTER"] = None
         core.step_delay_s = 0.0
         core.batcher.max_running = None
 
