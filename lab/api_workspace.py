@@ -5,8 +5,13 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change", "history_labels", "repairs", "provenance",
-     "image", "folded", "diagrams", "placement_plan", "placement_lines"}
+     "files", "ab_diff", "share_link", "last_change", "history_labels", "history_tops", "repairs",
+     "provenance", "image", "folded", "diagrams", "placement_plan", "placement_lines"}
+
+With `history` (the full lengths of the page's stacks) the request's workspace carries only the
+tops of its undo and redo stacks, and the answer's workspace only B and A, plus `history`: how
+each stack changed (lab/history_tail.py). The page sends this form; without `history` the whole
+workspace goes both ways.
 
 Texts are keys with parameters until this edge: `localized` renders findings, change reasons,
 repair titles, history labels and memory names in the request's language (lab/messages.py).
@@ -41,9 +46,10 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from lab import rules, share, workspace
+from lab import history_tail, rules, share, workspace
 from lab.body import read_json
 from lab.experiment import Experiment
+from lab.history_tail import HistoryLengths
 from lab.memo import Memo
 from lab.messages import text as msg
 from lab.rules import ChangeError
@@ -89,6 +95,9 @@ class Action(BaseModel):
 class WorkspaceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     workspace: Workspace | None = Field(None, description="The page's workspace; null starts a fresh one.")
+    history: HistoryLengths | None = Field(None, description="When given, workspace.undo / workspace.redo are the "
+                                           "tops of the page's stacks and these are their full lengths; the answer "
+                                           "then says how each stack changed (lab/history_tail.py).")
     action: Action
     lang: Literal["en", "zh"] = Field("en", description="Language of the findings, repairs, change reasons and memory "
                                                      "texts in the answer (the workspace and the files stay English).")
@@ -276,10 +285,20 @@ def _commands(exp: Experiment, d: Any) -> dict[str, Any]:
     }
 
 
-def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
-    """Everything the page draws for this workspace (English texts; `localized` translates)."""
+def view(ws: Workspace, last_change: Any = None, before: Workspace | None = None) -> dict[str, Any]:
+    """Everything the page draws for this workspace (English texts; `localized` translates).
+    `before`: the workspace the action started from, when the page sent only the tops of its
+    history (lab/history_tail.py); the answer then carries B, A and how each stack changed,
+    instead of the whole history."""
     exp = ws.b
-    ws_json = workspace.workspace_json(ws)
+    if before is None:
+        ws_json = workspace.workspace_json(ws)
+        tops = {side: ws_json[side][-1] if ws_json[side] else None for side in ("undo", "redo")}
+        extra: dict[str, Any] = {}
+    else:
+        ws_json = ws.model_dump(mode="json", include={"b", "a"})
+        tops = history_tail.tops(ws)
+        extra = {"history": history_tail.changes(before, ws)}
     prov = _provenance(exp)
     shown = _experiment_view(exp, prov)
     share_link_ab = _fragment(share.encode_ab_link(ws.a, exp)) if ws.a is not None else None
@@ -300,12 +319,14 @@ def view(ws: Workspace, last_change: Any = None) -> dict[str, Any]:
         "share_link_ab": share_link_ab,
         "recipe": shown["recipe"],
         "last_change": last_change,
-        "history_labels": _history_labels(ws_json, "en"),
+        "history_labels": _history_labels(tops, "en"),
+        "history_tops": tops,
         "repairs": shown["repairs"],
         "provenance": prov,
         "image": shown["image"],
         "folded": shown["folded"],
         "diagrams": shown["diagrams"],
+        **extra,
     }
 
 
@@ -364,11 +385,11 @@ def _compute_experiment_view(exp: Experiment, prov: dict[str, Any] | None) -> di
     }
 
 
-def _history_labels(ws: dict[str, Any], lang: str) -> dict[str, str | None]:
-    """The labels of the entries Undo and Redo would take (`ws`: the workspace's JSON), in `lang`."""
+def _history_labels(tops: dict[str, Any], lang: str) -> dict[str, str | None]:
+    """The labels of the entries Undo and Redo would take (`tops`: each stack's top entry as JSON), in `lang`."""
     from lab.messages import entry_label
 
-    return {side: entry_label(ws[side][-1], lang) if ws[side] else None for side in ("undo", "redo")}
+    return {side: entry_label(tops[side], lang) if tops[side] else None for side in ("undo", "redo")}
 
 
 def _diagrams(exp: Experiment, derived: Any) -> dict[str, Any]:
@@ -450,6 +471,14 @@ async def post_workspace(request: Request) -> Any:
     req = await read_json(request, WorkspaceRequest)
     ws = req.workspace if req.workspace is not None else Workspace()
     check_workspace(ws, req.lang)
+    if req.history is not None:
+        side = history_tail.short_side(ws, req.history)
+        if side is not None:
+            from lab.body import error
+
+            raise error(422, ["body", "history", side], "input.history_length",
+                        {"side": side, "sent": len(getattr(ws, side)), "length": getattr(req.history, side)}, req.lang)
+        ws = history_tail.expand(ws, req.history)
     return _answer(ws, req)
 
 
@@ -460,7 +489,8 @@ def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
         return _error(422, ["body", "action", exc.field], _error_text(exc, req.lang), exc.key, exc.params)
     # A response, not the dict: FastAPI would run jsonable_encoder over the whole answer, which
     # costs more than computing it. Every value here is already JSON (model_dump(mode="json")).
-    return AnswerResponse(localized(view(new, _last_change(req.action.type, ws, new)), req.lang))
+    before = ws if req.history is not None else None
+    return AnswerResponse(localized(view(new, _last_change(req.action.type, ws, new), before), req.lang))
 
 
 class AnswerResponse(JSONResponse):
@@ -503,7 +533,7 @@ def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:
         "a_findings": M.localize_findings(v["a_findings"], lang),
         "repairs": [M.localize_repair(r, lang) for r in v["repairs"]],
         "last_change": M.localize_entry(v["last_change"], lang),
-        "history_labels": _history_labels(v["workspace"], lang),
+        "history_labels": _history_labels(v["history_tops"], lang),
         "memory": M.localize_memory(v["memory"], lang),
         "recipe": _recipe_texts(v["recipe"], lang),
     }

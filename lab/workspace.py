@@ -58,9 +58,15 @@ def _entry(label: str | Text, changes: list[FieldChange]) -> HistoryEntry:
 
 
 _ENTRY = TypeAdapter(HistoryEntry)
+
+
+def entry_json(e: HistoryEntry) -> dict[str, Any]:
+    """An entry as the page stores it: without the keys that hold their defaults."""
+    return _ENTRY.dump_python(e, mode="json", exclude_defaults=True)
+
+
 # The histories written into the last answers (lab/history_memo.py): the page sends them back.
-SENT_HISTORIES: HistoryMemo[HistoryEntry] = HistoryMemo(
-    lambda e: _ENTRY.dump_python(e, mode="json", exclude_defaults=True), histories=32)
+SENT_HISTORIES: HistoryMemo[HistoryEntry] = HistoryMemo(entry_json, histories=32)
 
 
 class Workspace(BaseModel):

@@ -69,12 +69,30 @@ function send(action, errorPrefix = "") {
   return p;
 }
 
+// Only the tops of the history stacks travel: the server needs no more to undo, redo or label the
+// buttons, and answers how each stack changed (lab/history_tail.py). The whole history stays here.
+const TAIL_SENT = 2;
+
+function requestBody(action, ws) {
+  // No workspace yet, or a stored one the server must judge whole (it answers what is wrong with it).
+  if (!ws || !Array.isArray(ws.undo) || !Array.isArray(ws.redo)) return { workspace: ws, action, lang: state.lang };
+  const sent = { b: ws.b, a: ws.a, undo: ws.undo.slice(-TAIL_SENT), redo: ws.redo.slice(-TAIL_SENT) };
+  return { workspace: sent, history: { undo: ws.undo.length, redo: ws.redo.length }, action, lang: state.lang };
+}
+
+function withHistory(ws, data) {
+  const h = data.history;
+  if (!h) return data.workspace; // a fresh workspace comes back whole
+  const stack = (side) => ws[side].slice(h[side].start, h[side].stop).concat(h[side].push);
+  return { ...data.workspace, undo: stack("undo"), redo: stack("redo") };
+}
+
 async function request(action, ws) {
   try {
     const res = await fetch("/api/workspace", {
       method: "POST",
       headers: { "content-type": "application/json", "accept-language": state.lang },
-      body: JSON.stringify({ workspace: ws, action, lang: state.lang }),
+      body: JSON.stringify(requestBody(action, ws)),
     });
     return { ok: res.ok, data: await readAnswer(res) };
   } catch (e) {
@@ -97,7 +115,7 @@ function receive({ ok, data }, errorPrefix = "") {
     return false;
   }
   hideError();
-  state.ws = data.workspace;
+  state.ws = withHistory(state.ws, data);
   try { localStorage.setItem(STORE_KEY, JSON.stringify(state.ws)); } catch { /* storage full: keep going */ }
   draw(data);
   setStatus("status_idle");
@@ -174,7 +192,7 @@ function draw(v) {
   if (changed("repairs", [v.repairs, v.derived, exp.placement])) drawRepairs(v.repairs, v);
   if (changed("image", v.image)) drawImage(v.image);
   if (changed("provenance", v.provenance)) drawProvenance(v.provenance);
-  drawHistory(v.workspace, v.history_labels);
+  drawHistory(state.ws, v.history_labels);
   state.rev += 1;
   document.body.dataset.rev = String(state.rev);
   document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));

@@ -125,6 +125,38 @@ def test_reload_keeps_choices_history_and_a(new_page):
     assert_clean(page)
 
 
+def test_the_page_sends_only_the_tops_of_its_history_and_keeps_the_whole_of_it(new_page):
+    """Each request carries the last two entries of each stack and their lengths; the stacks the
+    page stores after edits, undos and redos are the ones the server computes from the whole history."""
+    from fastapi.testclient import TestClient
+
+    from lab.app import create_app
+
+    page = new_page()
+    bodies: list[dict] = []
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/api/workspace") else None)
+    rollouts = [str(n) for n in range(11, 17)]
+    for n in rollouts:
+        act(page, lambda n=n: field(page, "task.num_rollout").fill(n) or field(page, "task.num_rollout").press("Enter"))
+    for _ in range(3):
+        act(page, lambda: page.locator("#undo").click())
+    act(page, lambda: page.locator("#redo").click())
+    assert value(page, "task.num_rollout") == "14"
+    sent = bodies[-1]
+    assert sent["history"] == {"undo": 3, "redo": 3}  # what the redo was sent from
+    assert len(sent["workspace"]["undo"]) == 2 and len(sent["workspace"]["redo"]) == 2
+    stored = stored_workspace(page)
+    assert [len(stored["undo"]), len(stored["redo"])] == [4, 2]
+
+    client = TestClient(create_app(), base_url="http://127.0.0.1")  # the same actions, whole history
+    ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    for body in bodies:
+        ws = client.post("/api/workspace", json={"workspace": ws, "action": body["action"]}).json()["workspace"]
+    assert stored == ws
+    assert page.locator("#undo").get_attribute("title") == "Undo: Rollout rounds"  # labelled from the second top
+    assert_clean(page)
+
+
 def _private_controls(page) -> list[str]:
     return page.eval_on_selector_all("[data-field]", "els => els.map(e => e.dataset.field)")
 
