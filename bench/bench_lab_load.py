@@ -4,8 +4,10 @@
 
 Starts the real server (`python -m lab.cli serve`, one process, as a user runs it) on a free
 127.0.0.1 port, then runs `--clients` threads, each a user with its own workspace and a keep-alive
-connection, sending edits (`POST /api/workspace`, one field changed per request, the workspace
-with its growing undo history sent back each time, as the page does) until `--requests` answers
+connection, sending edits (`POST /api/workspace`, one field changed per request; as the page does, each
+client keeps its whole workspace with its growing undo history and sends B, A and the two top
+entries of each history stack with the stacks' lengths, then applies the stack changes the
+answer names) until `--requests` answers
 have come back in all, or `--max-seconds` have passed. Reports requests/s, latency p50/p90/p99/max,
 errors, the server's CPU time per request (utime + stime: what one request costs, however busy
 the machine is), its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak, and
@@ -79,6 +81,21 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+TAIL_SENT = 2  # as lab/static/app.js: the tops of each history stack travel, with the stacks' lengths
+
+
+def page_request(ws: dict, action: dict) -> dict:
+    sent = {"b": ws["b"], "a": ws["a"], "undo": ws["undo"][-TAIL_SENT:], "redo": ws["redo"][-TAIL_SENT:]}
+    return {"workspace": sent, "history": {"undo": len(ws["undo"]), "redo": len(ws["redo"])}, "action": action}
+
+
+def page_applies(ws: dict, answer: dict) -> dict:
+    """The whole workspace the page keeps: B and A from the answer, each stack changed as it says."""
+    h = answer["history"]
+    return {**answer["workspace"],
+            **{side: ws[side][h[side]["start"]:h[side]["stop"]] + h[side]["push"] for side in ("undo", "redo")}}
+
+
 def percentile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
@@ -110,12 +127,12 @@ class Client(threading.Thread):
                 value = values[(k // len(EDITS) + self.index) % len(values)]
                 k += 1
                 t = time.perf_counter()
-                status, data = self.post(conn, {"workspace": ws, "action": {"type": "edit", "path": field, "value": value}})
+                status, data = self.post(conn, page_request(ws, {"type": "edit", "path": field, "value": value}))
                 self.latencies.append(time.perf_counter() - t)
                 if status != 200:
                     self.errors.append(f"{status}: {json.dumps(data)[:200]}")
                     continue
-                ws = data["workspace"]
+                ws = page_applies(ws, data)
         except Exception as exc:  # noqa: BLE001 - counted and reported
             self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:

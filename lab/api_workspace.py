@@ -5,8 +5,8 @@ sends it with each action; the server holds no session. The response is computed
 Python rules, renderers and estimators, so the page holds no rule:
 
     {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands",
-     "files", "ab_diff", "share_link", "last_change", "history_labels", "history_tops", "repairs",
-     "provenance", "image", "folded", "diagrams", "placement_plan", "placement_lines"}
+     "files", "ab_diff", "share_link", "last_change", "history_labels", "repairs", "provenance",
+     "image", "folded", "diagrams", "placement_plan", "placement_lines"}
 
 With `history` (the full lengths of the page's stacks) the request's workspace carries only the
 tops of its undo and redo stacks, and the answer's workspace only B and A, plus `history`: how
@@ -293,11 +293,9 @@ def view(ws: Workspace, last_change: Any = None, before: Workspace | None = None
     exp = ws.b
     if before is None:
         ws_json = workspace.workspace_json(ws)
-        tops = {side: ws_json[side][-1] if ws_json[side] else None for side in ("undo", "redo")}
         extra: dict[str, Any] = {}
     else:
         ws_json = ws.model_dump(mode="json", include={"b", "a"})
-        tops = history_tail.tops(ws)
         extra = {"history": history_tail.changes(before, ws)}
     prov = _provenance(exp)
     shown = _experiment_view(exp, prov)
@@ -319,8 +317,7 @@ def view(ws: Workspace, last_change: Any = None, before: Workspace | None = None
         "share_link_ab": share_link_ab,
         "recipe": shown["recipe"],
         "last_change": last_change,
-        "history_labels": _history_labels(tops, "en"),
-        "history_tops": tops,
+        "history_labels": _history_labels(history_tail.tops(ws), "en"),
         "repairs": shown["repairs"],
         "provenance": prov,
         "image": shown["image"],
@@ -490,7 +487,8 @@ def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
     # A response, not the dict: FastAPI would run jsonable_encoder over the whole answer, which
     # costs more than computing it. Every value here is already JSON (model_dump(mode="json")).
     before = ws if req.history is not None else None
-    return AnswerResponse(localized(view(new, _last_change(req.action.type, ws, new), before), req.lang))
+    shown = view(new, _last_change(req.action.type, ws, new), before)
+    return AnswerResponse(localized(shown, req.lang, history_tail.tops(new)))
 
 
 class AnswerResponse(JSONResponse):
@@ -521,8 +519,9 @@ def check_workspace(ws: Workspace, lang: str) -> None:
                                 "input.history_path", {"path": change.path}, lang)
 
 
-def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:
-    """The page's texts in `lang` (lab/messages.py); the workspace and the downloadable files stay English."""
+def localized(v: dict[str, Any], lang: str, tops: dict[str, Any]) -> dict[str, Any]:
+    """The page's texts in `lang` (lab/messages.py); the workspace and the downloadable files stay English.
+    `tops`: the top entries of the answer's history stacks (lab/history_tail.tops), for the buttons' labels."""
     if lang == "en":
         return v
     from lab import messages as M
@@ -533,7 +532,7 @@ def localized(v: dict[str, Any], lang: str) -> dict[str, Any]:
         "a_findings": M.localize_findings(v["a_findings"], lang),
         "repairs": [M.localize_repair(r, lang) for r in v["repairs"]],
         "last_change": M.localize_entry(v["last_change"], lang),
-        "history_labels": _history_labels(v["history_tops"], lang),
+        "history_labels": _history_labels(tops, lang),
         "memory": M.localize_memory(v["memory"], lang),
         "recipe": _recipe_texts(v["recipe"], lang),
     }
