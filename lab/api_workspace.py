@@ -286,6 +286,11 @@ def _commands(exp: Experiment, d: Any) -> dict[str, Any]:
 
 
 def view(ws: Workspace, last_change: Any = None, before: Workspace | None = None) -> dict[str, Any]:
+    return _view(ws, last_change, before)[0]
+
+
+def _view(ws: Workspace, last_change: Any = None,
+          before: Workspace | None = None) -> tuple[dict[str, Any], dict[str, tuple[Any, bytes]]]:
     """Everything the page draws for this workspace (English texts; `localized` translates).
     `before`: the workspace the action started from, when the page sent only the tops of its
     history (lab/history_tail.py); the answer then carries B, A and how each stack changed,
@@ -300,7 +305,7 @@ def view(ws: Workspace, last_change: Any = None, before: Workspace | None = None
     prov = _provenance(exp)
     shown = _experiment_view(exp, prov)
     share_link_ab = _fragment(share.encode_ab_link(ws.a, exp)) if ws.a is not None else None
-    return {
+    answer = {
         "workspace": ws_json,
         "findings": shown["findings"],
         "a_findings": _experiment_findings(ws.a, _provenance(ws.a)) if ws.a is not None else [],
@@ -325,6 +330,7 @@ def view(ws: Workspace, last_change: Any = None, before: Workspace | None = None
         "diagrams": shown["diagrams"],
         **extra,
     }
+    return answer, shown[ENCODED]
 
 
 # What one experiment shows depends on the experiment and on the sources it is rendered from (the
@@ -344,7 +350,20 @@ def _sources_key(prov: dict[str, Any] | None) -> str:
 
 
 def _experiment_view(exp: Experiment, prov: dict[str, Any] | None) -> dict[str, Any]:
-    return _SHOWN.get((exp.model_dump_json(), _sources_key(prov)), lambda: _compute_experiment_view(exp, prov))
+    return _SHOWN.get((exp.model_dump_json(), _sources_key(prov)), lambda: _encoded(_compute_experiment_view(exp, prov)))
+
+
+def _encoded(shown: dict[str, Any]) -> dict[str, Any]:
+    """`shown` with each part's JSON encoding, made once for the memory (`ENCODED`): an answer from
+    memory splices these bytes (AnswerResponse) instead of encoding ~40 KB of files again."""
+    return {**shown, ENCODED: {k: (v, _to_json(v)) for k, v in shown.items()}}
+
+
+ENCODED = "__encoded__"  # the key of a shown view's encodings (never a part of the answer)
+
+
+def _to_json(value: Any) -> bytes:
+    return pydantic_core.to_json(value, inf_nan_mode="null")
 
 
 def _experiment_findings(exp: Experiment, prov: dict[str, Any] | None) -> list[Any]:
@@ -469,7 +488,7 @@ async def post_workspace(request: Request) -> Any:
     ws = req.workspace if req.workspace is not None else Workspace()
     check_workspace(ws, req.lang)
     if req.history is not None:
-        side = history_tail.short_side(ws, req.history)
+        side = history_tail.contradiction(ws, req.history)
         if side is not None:
             from lab.body import error
 
@@ -487,17 +506,27 @@ def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
     # A response, not the dict: FastAPI would run jsonable_encoder over the whole answer, which
     # costs more than computing it. Every value here is already JSON (model_dump(mode="json")).
     before = ws if req.history is not None else None
-    shown = view(new, _last_change(req.action.type, ws, new), before)
-    return AnswerResponse(localized(shown, req.lang, history_tail.tops(new)))
+    answer, encoded = _view(new, _last_change(req.action.type, ws, new), before)
+    return AnswerResponse(localized(answer, req.lang, history_tail.tops(new)), encoded)
 
 
 class AnswerResponse(JSONResponse):
     """The answer encoded by pydantic's serializer (Rust): the same JSON values as `json.dumps`, in a
     fraction of its time for an answer of ~100 KB. UTF-8, not ASCII-escaped, as JSONResponse. A
-    non-finite number (none is computed) would be written as null, never as invalid JSON."""
+    non-finite number (none is computed) would be written as null, never as invalid JSON.
+    `encoded`: {key: (value, its JSON)} made before; a part that is still that very value (not a
+    translated copy) is written from those bytes."""
+
+    def __init__(self, content: Any, encoded: dict[str, tuple[Any, bytes]] | None = None) -> None:
+        self._encoded = encoded or {}
+        super().__init__(content)
 
     def render(self, content: Any) -> bytes:
-        return pydantic_core.to_json(content, inf_nan_mode="null")
+        parts = []
+        for key, value in content.items():
+            known = self._encoded.get(key)
+            parts.append(_to_json(key) + b":" + (known[1] if known is not None and known[0] is value else _to_json(value)))
+        return b"{" + b",".join(parts) + b"}"
 
 
 def check_workspace(ws: Workspace, lang: str) -> None:

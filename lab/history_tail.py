@@ -36,15 +36,20 @@ class HistoryLengths(BaseModel):
 
 
 class _Unsent:
-    """An entry the page holds and did not send; only its position in the stack matters."""
+    """Stands for every entry the page holds and did not send (one object: only counts matter)."""
 
     __slots__ = ()
 
 
-def short_side(ws: Workspace, lengths: HistoryLengths) -> str | None:
-    """The stack whose sent tail is longer than its full length (the request contradicts itself)."""
+_UNSENT = _Unsent()
+
+
+def contradiction(ws: Workspace, lengths: HistoryLengths) -> str | None:
+    """The stack whose sent top contradicts its length: more entries sent than it holds, or none
+    sent from a stack that holds some (an undo or redo needs the top itself)."""
     for side in ("undo", "redo"):
-        if len(getattr(ws, side)) > getattr(lengths, side):
+        sent, length = len(getattr(ws, side)), getattr(lengths, side)
+        if sent > length or (length and not sent):
             return side
     return None
 
@@ -52,23 +57,38 @@ def short_side(ws: Workspace, lengths: HistoryLengths) -> str | None:
 def expand(ws: Workspace, lengths: HistoryLengths) -> Workspace:
     """`ws` with each stack at its full length: placeholders below the entries that were sent."""
     return ws.model_copy(update={
-        side: [_Unsent() for _ in range(getattr(lengths, side) - len(getattr(ws, side)))] + getattr(ws, side)
+        side: [_UNSENT] * (getattr(lengths, side) - len(getattr(ws, side))) + getattr(ws, side)
         for side in ("undo", "redo")})
 
 
+def _unsent(stack: list[Any]) -> int:
+    """How many placeholders open `stack` (they are always at its bottom)."""
+    n = 0
+    while n < len(stack) and stack[n] is _UNSENT:
+        n += 1
+    return n
+
+
 def stack_change(before: list[Any], after: list[Any]) -> dict[str, Any]:
-    """How `after` follows from `before`: after == before[start:stop] + push (entries as JSON)."""
-    position = {id(e): i for i, e in enumerate(before)}
+    """How `after` follows from `before`: after == before[start:stop] + push (entries as JSON).
+    The workspace functions only cut the oldest entries, take the top one and append: so the
+    placeholders that survive are the newest of them, and the sent entries that survive follow."""
+    hidden, hidden_after = before.count(_UNSENT), after.count(_UNSENT)
+    if _unsent(before) != hidden or _unsent(after) != hidden_after or hidden_after > hidden:  # pragma: no cover
+        raise AssertionError("a history stack changed other than by cutting, taking the top and appending")
+    sent, rest = before[hidden:], after[hidden_after:]
+    if hidden_after:
+        start, first = hidden - hidden_after, 0
+    else:
+        first = next((i for i, e in enumerate(sent) if rest and e is rest[0]), len(sent))
+        start = hidden + first
     kept = 0
-    while kept < len(after) and id(after[kept]) in position:
+    while kept < len(rest) and first + kept < len(sent) and rest[kept] is sent[first + kept]:
         kept += 1
-    start = position[id(after[0])] if kept else len(before)
-    if any(after[k] is not before[start + k] for k in range(kept)):  # pragma: no cover - the functions only slice
-        raise AssertionError("a history stack changed other than by slicing and appending")
-    push = after[kept:]
+    push = rest[kept:]
     if not all(isinstance(e, HistoryEntry) for e in push):  # pragma: no cover - an unsent entry cannot move
         raise AssertionError("an entry the page did not send was moved")
-    return {"start": start, "stop": start + kept, "push": [entry_json(e) for e in push]}
+    return {"start": start, "stop": start + hidden_after + kept, "push": [entry_json(e) for e in push]}
 
 
 def changes(before: Workspace, after: Workspace) -> dict[str, dict[str, Any]]:

@@ -277,6 +277,22 @@ def test_the_encoded_answer_holds_the_same_values_as_json_dumps():
     assert json.loads(api.AnswerResponse(v).body) == json.loads(json.dumps(v))
 
 
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_an_answer_written_from_remembered_bytes_equals_one_encoded_whole(lang):
+    """The parts of a remembered view are encoded once and spliced into each answer; a part the
+    answer replaced (a translation, another workspace's value) is encoded afresh, never taken from
+    the bytes of the value it replaced."""
+    ws = edit(Workspace(), "model.recipe", "glm5.3")
+    answer, encoded = api._view(ws, None, ws)
+    content = api.localized(answer, lang, api.history_tail.tops(ws))
+    stale = {**encoded, "files": ({"experiment.sh": "stale"}, b'{"experiment.sh":"stale"}')}
+    spliced = json.loads(api.AnswerResponse(content, stale).body)
+    assert spliced == json.loads(api.AnswerResponse(content).body) == json.loads(json.dumps(content))
+    assert spliced["files"]["experiment.sh"] != "stale" and "history" in spliced
+    if lang == "zh":
+        assert content["findings"] is not encoded["findings"][0]  # translated: encoded afresh
+
+
 def test_the_memo_keeps_the_latest_entries_under_concurrent_use():
     memo: Memo[int] = Memo(16)
     errors: list[BaseException] = []

@@ -118,3 +118,10 @@ def test_lengths_that_contradict_the_tops_are_refused_naming_the_stack(client, h
     loc = r.json()["detail"][0]["loc"]
     assert loc[:2] == ["body", "history"] and (side is None or loc[2] == side)
     assert any("\u4e00" <= ch <= "\u9fff" for ch in r.json()["detail"][0]["msg"])
+
+
+def test_a_stack_said_to_hold_entries_but_sent_without_its_top_is_refused(client):
+    ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    r = client.post("/api/workspace", json={"workspace": ws, "history": {"undo": 0, "redo": 3},
+                                            "action": {"type": "redo"}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "history", "redo"]
