@@ -3,7 +3,8 @@
     python bench/bench_lab_edit.py [--edits 300] [--history 200] [--out FILE]
 
 Runs the route's own steps on the request bytes a page sends (the body reader `lab.safe_json.loads`,
-`WorkspaceRequest` validation, `check_workspace`, `_answer` and the encoded answer), without HTTP,
+`WorkspaceRequest` validation, then `respond`: `check_workspace`, the history's unsent entries stood
+in for, `_answer` and the encoded answer), without HTTP,
 threads or other clients, so the figure is the cost of one answer whatever else runs on the machine
 (CPU time of this process, not wall time). Two streams of edits, each after `--history` edits of
 warm-up so the undo history sent back is as long as the load test's:
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import report
-from bench_lab_load import EDITS  # the load test's edits: one definition
+from bench_lab_load import EDITS, page_applies, page_request  # the load test's edits and page: one definition
 
 
 def _route(body: bytes) -> bytes:
@@ -35,16 +36,14 @@ def _route(body: bytes) -> bytes:
     from lab import api_workspace as api
     from lab.safe_json import loads
 
-    req = api.WorkspaceRequest.model_validate(loads(body))
-    ws = req.workspace if req.workspace is not None else api.Workspace()
-    api.check_workspace(ws, req.lang)
-    answer = api._answer(ws, req)
+    answer = api.respond(api.WorkspaceRequest.model_validate(loads(body)))
     assert answer.status_code == 200, answer.body[:300]
     return bytes(answer.body)
 
 
 def _body(ws: dict | None, action: dict) -> bytes:
-    return json.dumps({"workspace": ws, "action": action}).encode()
+    """What the page sends: B, A, the tops of the history stacks and their lengths."""
+    return json.dumps(page_request(ws, action) if ws is not None else {"workspace": None, "action": action}).encode()
 
 
 def _stream(kind: str, k: int) -> tuple[str, object]:
@@ -60,7 +59,7 @@ def measure(kind: str, edits: int, history: int) -> dict[str, float]:
     for _ in range(history):
         field, value = _stream(kind, k)
         k += 1
-        ws = json.loads(_route(_body(ws, {"type": "edit", "path": field, "value": value})))["workspace"]
+        ws = page_applies(ws, json.loads(_route(_body(ws, {"type": "edit", "path": field, "value": value}))))
     cpu = 0.0
     for _ in range(edits):
         field, value = _stream(kind, k)
@@ -69,7 +68,7 @@ def measure(kind: str, edits: int, history: int) -> dict[str, float]:
         t = time.process_time()
         answer = _route(body)
         cpu += time.process_time() - t
-        ws = json.loads(answer)["workspace"]
+        ws = page_applies(ws, json.loads(answer))
     return {"cpu_ms_per_edit": round(1000 * cpu / edits, 2), "history": len(ws["undo"]), "body_bytes": len(body),
             "answer_bytes": len(answer)}
 

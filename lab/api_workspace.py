@@ -484,7 +484,11 @@ async def post_workspace(request: Request) -> Any:
     back), so every answer took about as long as all of them. On the loop they finish in arrival
     order, the waiting ones cost nothing, and no thread hop is paid. Every answer's cost is bounded
     (drawn nodes, history length, body size are capped), so no request holds the loop for long."""
-    req = await read_json(request, WorkspaceRequest)
+    return respond(await read_json(request, WorkspaceRequest))
+
+
+def respond(req: WorkspaceRequest) -> Any:
+    """The answer to a read and validated request (what the route does after the body reader)."""
     ws = req.workspace if req.workspace is not None else Workspace()
     check_workspace(ws, req.lang)
     if req.history is not None:
