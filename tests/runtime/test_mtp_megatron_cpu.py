@@ -12,7 +12,7 @@ reference of the MTP head is its formula on transformers' own parts
 
 Runs where megatron-core imports (and flash-linear-attention for Qwen3.5); skips elsewhere, saying
 which is missing. Fakes, each named: ``torch.cuda.current_device`` returns ``"cpu"`` and fla's
-``l2norm`` is the same formula in torch (as in test_new_families_megatron_cpu.py);
+``l2norm`` is the same formula in torch (both in megatron_cpu_fakes.py);
 ``torch.cuda.Stream`` is an empty class (conversion builds megatron-core's alltoall MoE dispatcher, which
 opens one, and never runs it). The forward uses the allgather dispatcher (a setting, not a fake). tests/gpu/test_mtp_gpu.py checks the same in
 bf16 on a GPU.
@@ -82,16 +82,11 @@ def _megatron(family: str, spec: str, hf_fp32: str, hf_bf16: str, ref: str, work
     """HF (bf16) -> torch_dist -> HF bitwise; then the fp32 model with MTP against the reference."""
     import torch
 
-    torch.cuda.current_device = lambda: "cpu"  # fake 1 (module docstring)
+    from tests.runtime.megatron_cpu_fakes import install
+
+    install(gated_delta_net=bool(CASES[family][1]))  # fakes 1 and 2 (module docstring)
     torch.cuda.Stream = type("NoStream", (), {})  # fake 3: conversion builds the alltoall dispatcher, never runs it
     torch.cuda.synchronize = lambda *a, **k: None  # fake 4: the torch_dist writer syncs the GPU before writing
-    if CASES[family][1]:
-        import megatron.core.ssm.gated_delta_net.common as gdn_common
-
-        def l2norm(x, dim=-1, eps=1e-6):
-            return x * torch.rsqrt((x * x).sum(dim, keepdim=True) + eps)
-
-        gdn_common.l2norm = l2norm  # fake 2
     from safetensors.torch import load_file
 
     from slime.backends.megatron import hf_mapping as hm

@@ -72,13 +72,9 @@ def _hf_log_probs(family: str, hf: str, out: str) -> None:
 def _megatron_log_probs(family: str, spec: str, hf: str, ref: str) -> dict:
     import torch
 
-    torch.cuda.current_device = lambda: "cpu"  # fake 1 (module docstring)
-    import megatron.core.ssm.gated_delta_net.common as gdn_common
+    from tests.runtime.megatron_cpu_fakes import install
 
-    def l2norm(x, dim=-1, eps=1e-6):
-        return x * torch.rsqrt((x * x).sum(dim, keepdim=True) + eps)
-
-    gdn_common.l2norm = l2norm  # fake 2
+    install(gated_delta_net=True)  # both fakes (module docstring)
 
     from slime.backends.megatron import hf_mapping as hm
     from slime.backends.megatron.model import (

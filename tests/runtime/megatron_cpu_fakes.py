@@ -1,0 +1,20 @@
+"""The fakes that let megatron-core build these families on a CPU, in one place for the CPU tests
+that need them (test_new_families_megatron_cpu.py, test_mtp_megatron_cpu.py). Each is named in
+those tests' docstrings; none stands in for what a test checks."""
+from __future__ import annotations
+
+
+def install(gated_delta_net: bool) -> None:
+    """`torch.cuda.current_device` returns "cpu" (GatedDeltaNet and the MTP block allocate on the
+    current CUDA device); with `gated_delta_net`, fla's Triton `l2norm` becomes the same formula
+    in torch."""
+    import torch
+
+    torch.cuda.current_device = lambda: "cpu"
+    if gated_delta_net:
+        import megatron.core.ssm.gated_delta_net.common as gdn_common
+
+        def l2norm(x: torch.Tensor, dim: int = -1, eps: float = 1e-6) -> torch.Tensor:
+            return x * torch.rsqrt((x * x).sum(dim, keepdim=True) + eps)
+
+        gdn_common.l2norm = l2norm
