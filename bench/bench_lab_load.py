@@ -81,7 +81,8 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
-TAIL_SENT = 2  # as lab/static/app.js: the tops of each history stack travel, with the stacks' lengths
+sys.path.insert(0, str(ROOT))
+from lab.history_tail import TAIL_SENT  # noqa: E402 - what the page sends of each stack (app.js, tied by a test)
 
 
 def page_request(ws: dict, action: dict) -> dict:

@@ -286,12 +286,13 @@ def _commands(exp: Experiment, d: Any) -> dict[str, Any]:
 
 
 def view(ws: Workspace, last_change: Any = None, before: Workspace | None = None) -> dict[str, Any]:
-    return _view(ws, last_change, before)[0]
+    return _view(ws, history_tail.tops(ws), last_change, before)[0]
 
 
-def _view(ws: Workspace, last_change: Any = None,
+def _view(ws: Workspace, tops: dict[str, Any], last_change: Any = None,
           before: Workspace | None = None) -> tuple[dict[str, Any], dict[str, tuple[Any, bytes]]]:
-    """Everything the page draws for this workspace (English texts; `localized` translates).
+    """Everything the page draws for this workspace (English texts; `localized` translates), and
+    the encodings of its remembered parts (AnswerResponse). `tops`: history_tail.tops(ws).
     `before`: the workspace the action started from, when the page sent only the tops of its
     history (lab/history_tail.py); the answer then carries B, A and how each stack changed,
     instead of the whole history."""
@@ -322,7 +323,7 @@ def _view(ws: Workspace, last_change: Any = None,
         "share_link_ab": share_link_ab,
         "recipe": shown["recipe"],
         "last_change": last_change,
-        "history_labels": _history_labels(history_tail.tops(ws), "en"),
+        "history_labels": _history_labels(tops, "en"),
         "repairs": shown["repairs"],
         "provenance": prov,
         "image": shown["image"],
@@ -510,8 +511,9 @@ def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
     # A response, not the dict: FastAPI would run jsonable_encoder over the whole answer, which
     # costs more than computing it. Every value here is already JSON (model_dump(mode="json")).
     before = ws if req.history is not None else None
-    answer, encoded = _view(new, _last_change(req.action.type, ws, new), before)
-    return AnswerResponse(localized(answer, req.lang, history_tail.tops(new)), encoded)
+    tops = history_tail.tops(new)
+    answer, encoded = _view(new, tops, _last_change(req.action.type, ws, new), before)
+    return AnswerResponse(localized(answer, req.lang, tops), encoded)
 
 
 class AnswerResponse(JSONResponse):

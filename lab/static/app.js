@@ -71,7 +71,7 @@ function send(action, errorPrefix = "") {
 
 // Only the tops of the history stacks travel: the server needs no more to undo, redo or label the
 // buttons, and answers how each stack changed (lab/history_tail.py). The whole history stays here.
-const TAIL_SENT = 2;
+const TAIL_SENT = 2; // lab/history_tail.py TAIL_SENT (tests/lab/test_history_tail.py ties the two)
 
 function requestBody(action, ws) {
   // No workspace yet, or a stored one the server must judge whole (it answers what is wrong with it).

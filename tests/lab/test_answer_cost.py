@@ -283,8 +283,9 @@ def test_an_answer_written_from_remembered_bytes_equals_one_encoded_whole(lang):
     answer replaced (a translation, another workspace's value) is encoded afresh, never taken from
     the bytes of the value it replaced."""
     ws = edit(Workspace(), "model.recipe", "glm5.3")
-    answer, encoded = api._view(ws, None, ws)
-    content = api.localized(answer, lang, api.history_tail.tops(ws))
+    tops = api.history_tail.tops(ws)
+    answer, encoded = api._view(ws, tops, None, ws)
+    content = api.localized(answer, lang, tops)
     stale = {**encoded, "files": ({"experiment.sh": "stale"}, b'{"experiment.sh":"stale"}')}
     spliced = json.loads(api.AnswerResponse(content, stale).body)
     assert spliced == json.loads(api.AnswerResponse(content).body) == json.loads(json.dumps(content))

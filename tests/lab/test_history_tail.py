@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 
 from lab.app import create_app
 from lab.history_tail import TAIL_SENT
+from lab.recipes import REPO_ROOT
 from lab.workspace import MAX_HISTORY
 
 
@@ -85,12 +86,16 @@ def test_the_request_no_longer_grows_with_the_history(client):
     import json
 
     ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    sizes = {}
     for i in range(MAX_HISTORY):
         ws = _applied(ws, client.post("/api/workspace", json=_tail_request(
             ws, {"type": "edit", "path": "task.num_rollout", "value": 100 + i})).json())
+        if len(ws["undo"]) in (2, MAX_HISTORY):
+            sizes[len(ws["undo"])] = len(json.dumps(_tail_request(ws, {"type": "undo"})))
+    assert abs(sizes[MAX_HISTORY] - sizes[2]) < 16  # the lengths' digits and the values differ, nothing else
     body = {"workspace": ws, "action": {"type": "edit", "path": "task.num_rollout", "value": 7}}
     tail = _tail_request(ws, body["action"])
-    assert len(json.dumps(tail)) * 4 < len(json.dumps(body))
+    assert len(json.dumps(tail)) * 8 < len(json.dumps(body))
     full_answer = client.post("/api/workspace", json=body)
     tail_answer = client.post("/api/workspace", json=tail)
     assert len(tail_answer.content) + 10_000 < len(full_answer.content)
@@ -125,3 +130,10 @@ def test_a_stack_said_to_hold_entries_but_sent_without_its_top_is_refused(client
     r = client.post("/api/workspace", json={"workspace": ws, "history": {"undo": 0, "redo": 3},
                                             "action": {"type": "redo"}})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "history", "redo"]
+
+
+def test_the_page_sends_as_many_tops_as_the_server_expects():
+    import re
+
+    js = (REPO_ROOT / "lab" / "static" / "app.js").read_text()
+    assert re.search(r"^const TAIL_SENT = (\d+);", js, re.M).group(1) == str(TAIL_SENT)
