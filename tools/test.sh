@@ -1,20 +1,55 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them. README's second quick-start command; .ci/run calls it.
 # Usage: bash tools/test.sh [pytest args...]
+#
+# The tests run on Python 3.12 in a virtual environment (.venv/), because megatron-core 0.19 (the
+# Megatron backend, whose multi-rank tests run on CPU with gloo) needs Python >= 3.12. PYTHON=...
+# names the interpreter; otherwise the first Python >= 3.12 found (python3.12, python3.13, a pyenv
+# version, python3) makes the environment.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-PY="${PYTHON:-python3}"
+at_least_312() { "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1; }
 
-# torch first, pinned to the CPU build on this machine's disk: an unpinned torch pulls a multi-GB
-# CUDA wheel. Skip when a torch is already importable (a GPU machine keeps its own).
+find_python() {
+  local c
+  if [ -n "${PYTHON:-}" ]; then
+    at_least_312 "$PYTHON" || { echo "!! PYTHON=$PYTHON is older than 3.12 (megatron-core needs 3.12)" >&2; return 1; }
+    echo "$PYTHON"; return 0
+  fi
+  for c in python3.12 python3.13 python3; do
+    if command -v "$c" >/dev/null 2>&1 && at_least_312 "$c"; then command -v "$c"; return 0; fi
+  done
+  if command -v pyenv >/dev/null 2>&1; then  # pyenv installs versions it does not put on PATH
+    for c in "$(pyenv root)"/versions/3.12*/bin/python3.12 "$(pyenv root)"/versions/3.13*/bin/python3.13; do
+      if [ -x "$c" ] && at_least_312 "$c"; then echo "$c"; return 0; fi
+    done
+  fi
+  echo "!! no Python >= 3.12 found: install one (e.g. 'pyenv install 3.12') or set PYTHON=/path/to/python3.12" >&2
+  return 1
+}
+
+VENV="${SLIME_TEST_VENV:-.venv}"
+if ! at_least_312 "$VENV/bin/python"; then
+  base="$(find_python)"
+  echo "== making $VENV with $base ($("$base" --version 2>&1))"
+  "$base" -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+# Tests start `ray`, `slime-lab`, `python3` and `bash experiment.sh` by name: the venv's come first.
+PATH="$(cd "$VENV/bin" && pwd):$PATH"
+export PATH VIRTUAL_ENV="$(cd "$VENV" && pwd)"
+
+# torch first: on Python 3.11 this machine's disk has a CPU build; on 3.12 the registry's build is
+# a CUDA one (a few GB, runs on the CPU). Skip when a torch is already importable (a GPU machine
+# keeps its own).
 if ! "$PY" -c "import torch" 2>/dev/null; then
-  echo "== installing torch (CPU build)"
+  echo "== installing torch"
   "$PY" -m pip install -q "torch==2.13.0"
 fi
 
-echo "== installing slime with the test and mooncake extras"
-"$PY" -m pip install -q -e ".[test,mooncake]"
+echo "== installing slime with the test, mooncake and megatron extras"
+"$PY" -m pip install -q -e ".[test,mooncake,megatron]"
 
 # Debian's Chromium drives the browser tests (Playwright cannot download browsers here) and
 # the shellcheck tool checks every generated script. Install them when missing and when we may.
@@ -39,7 +74,7 @@ echo "== lint: ruff check ."
 lint=0
 "$PY" -m ruff check . || lint=$?
 
-echo "== running the tests"
+echo "== running the tests ($("$PY" --version 2>&1), megatron-core $("$PY" -c 'import importlib.metadata as m; print(m.version("megatron-core"))'))"
 rc=0
 "$PY" -m pytest "$@" || rc=$?
 if ((lint)); then
