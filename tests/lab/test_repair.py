@@ -190,3 +190,20 @@ def test_the_layout_search_follows_the_runtime_verdict(monkeypatch):
     finally:
         for memo in memos:
             memo.clear()
+
+
+@pytest.mark.parametrize("recipe,values,repair_id", [
+    ("glm4.7-flash", {"corrections.tis": True, "corrections.icepop": True}, "COR-TIS-ICEPOP:keep_icepop"),
+    ("glm4.7-flash", {"corrections.tis": True, "corrections.icepop": True}, "COR-TIS-ICEPOP:keep_tis"),
+    ("glm4.7", {"corrections.sc": True}, "COR-SC:sc_without_tis"),  # the recipe turns TIS on
+    ("glm4.7", {"rollout.over_sampling_batch_size": 64}, "BAT-7:over_sampling_2x"),  # below its batch of 128
+])
+def test_a_refused_variant_repairs_to_what_the_runtime_accepts(recipe, values, repair_id):
+    from lab.runtime_verdict import judge
+
+    exp = new_experiment(recipe)
+    for path, value in values.items():
+        exp, _ = apply_change(exp, path, value)
+    assert judge(exp).errors
+    after = apply_repair(W.Workspace(b=exp), repair_id).b
+    assert judge(after).errors == []
