@@ -212,7 +212,7 @@ def _nearest_layout(repairing: str | None) -> Callable[[Experiment, Derived], li
 
     def propose(exp: Experiment, d: Derived) -> list[Proposal]:
         out: list[Proposal] = []
-        for fit in nearest_fits(exp, repairing, limit=2):
+        for fit in nearest_fits(exp, repairing):  # the nearest one: its id (rule:layout) stays stable
             kind = "layout_cpu_adam" if fit.layout.cpu_adam and not exp.resources.cpu_adam else "layout"
             out.append((kind, text(f"repair.{kind}", **describe(fit)), fit.values))
         return out
