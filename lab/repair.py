@@ -11,7 +11,9 @@ all of its fields together.
 
 Resource changes derive from the recipe: the engine size is the recipe's `rollout.engine_gpus`,
 the smallest training pool is the parallel layout's tile (TP·PP·CP, and EP·PP for MoE), and
-parallelism repairs offer the recipe's own layout. RDMA device names and external engine
+parallelism repairs offer the recipe's own layout. A runtime refusal of the layout (by its code)
+and the memory warning are repaired to the nearest layout the runtime accepts and the memory
+estimate fits (lab.memory_fit: the runtime and the estimate are asked, no rule is copied). RDMA device names and external engine
 addresses are never proposed or invented: they come from the user's environment and stay listed
 in `requires` (a test enforces it).
 
