@@ -296,8 +296,20 @@ def _check_memory(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) 
     m = estimate_memory(exp)
     if m.training.fits is False:
         return [_F("LAB-MEM-1", "warning", ["resources.cpu_adam", "placement.train_gpus", "resources.tp", "resources.max_tokens_per_gpu"],
-                   total=m.training.total_gib, gpu=m.gpu_memory_gib)]
+                   total=m.training.total_gib, gpu=m.gpu_memory_gib, advice=_memory_advice(exp))]
     return []
+
+
+def _memory_advice(exp: Experiment) -> dict:
+    """The memory warning's fix: the nearest layout the runtime accepts that fits (lab.memory_fit,
+    the same search as the warning's repair), never a size the runtime refuses."""
+    from lab.memory_fit import describe, nearest_fits
+
+    fits = nearest_fits(exp)
+    if not fits:
+        return ref("memory.advice.none", n=exp.placement.train_gpus)
+    kind = "layout_cpu_adam" if fits[0].layout.cpu_adam and not exp.resources.cpu_adam else "layout"
+    return ref(f"memory.advice.{kind}", **describe(fits[0]))
 
 
 CHECKS = (_check_resources, _check_engines, _check_parallel, _check_batching, _check_scheduling,

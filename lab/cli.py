@@ -4,7 +4,8 @@
     slime-lab serve [--host H] [--port P] [--allow-host NAME ...] [--openapi] [--workers N]
     slime-lab recipes
     slime-lab render (--model NAME | EXPERIMENT.json) [--set field.path=value ...] -o DIR
-    slime-lab validate EXPERIMENT.json          # exit 1 on errors
+    slime-lab validate EXPERIMENT.json [--fix]  # exit 1 on errors; --fix: also the repair previews
+    slime-lab repair EXPERIMENT.json [--apply ID -o OUT.json]
     slime-lab schema
     slime-lab share EXPERIMENT.json | slime-lab share --open LINK
 
@@ -180,7 +181,67 @@ def cmd_validate(args: argparse.Namespace) -> int:
         print(f"{'':<7} {'':<10} fix: {f.fix}")
     n_err = sum(f.level == "error" for f in findings)
     print(f"{len(findings)} finding(s), {n_err} error(s)")
+    if args.fix:
+        print()
+        _print_repairs(exp, findings, args.experiment)
     return 1 if n_err else 0
+
+
+def _print_repairs(exp: Experiment, findings: list, source: str) -> list:
+    """The page's repair previews (lab.repair.propose_repairs), as text: nothing is applied."""
+    from lab.repair import propose_repairs
+
+    repairs = propose_repairs(exp, findings=findings)
+    if not repairs:
+        print("no repair to propose")
+        return repairs
+    for r in repairs:
+        print(f"repair {r.id}: {r.title}")
+        print(f"  fixes {r.fixes}: {r.finding.message if r.finding else ''}")
+        for c in r.changes:
+            why = f"  ({c.reason})" if c.reason else ""
+            print(f"  {c.path}: {json.dumps(c.old)} -> {json.dumps(c.new)}{why}")
+        alloc = ", ".join(f"{k} {v}" for k, v in r.allocation.items())
+        print(f"  allocation after: {alloc}")
+        for q in r.requires:
+            print(f"  still required from you: {q.text}")
+        for f in r.remaining:
+            print(f"  still an error after it: {f.id}: {f.message}")
+    print(f"apply one with: slime-lab repair {source} --apply ID -o REPAIRED.json")
+    return repairs
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    """Preview the repairs (as the page does); with --apply ID, write the repaired experiment."""
+    from lab import rules
+    from lab.render import render_all, write_files
+    from lab.repair import apply_repair
+    from lab.workspace import Workspace
+
+    if (args.apply is None) != (args.output is None):
+        raise UserError("--apply ID and -o OUT.json go together: the repair to apply, and where to write the result")
+    exp = load_experiment_file(args.experiment)
+    if args.apply is None:
+        _print_repairs(exp, rules.validate(exp), args.experiment)
+        return 0
+    try:
+        repaired = apply_repair(Workspace(b=exp), args.apply).b
+    except rules.ChangeError:
+        from lab.repair import propose_repairs
+
+        ids = ", ".join(r.id for r in propose_repairs(exp)) or "none"
+        raise UserError(f"--apply {args.apply}: no such repair for {args.experiment} (repairs now: {ids})") from None
+    out = Path(args.output)
+    if out.is_dir():
+        raise UserError(f"-o {args.output}: is a directory; give a file name, e.g. -o repaired.json")
+    data = render_all(repaired)["experiment.json"]  # the page's export: slime-lab render/validate read it back
+    try:
+        write_files({out.name: data}, out.parent if str(out.parent) else ".")
+    except OSError as exc:
+        raise UserError(f"-o {args.output}: cannot write ({exc.strerror or exc}); nothing was changed") from None
+    errors = [f for f in rules.validate(repaired) if f.level == "error"]
+    print(f"applied {args.apply}; wrote {out} ({len(errors)} error(s) left)")
+    return 0
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -263,7 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("validate", help="print the findings; exit 1 when any is an error")
     s.add_argument("experiment", help="EXPERIMENT.json")
+    s.add_argument("--fix", action="store_true", help="also print the repairs the page offers (see: slime-lab repair)")
     s.set_defaults(func=cmd_validate)
+
+    s = sub.add_parser("repair", help="preview the page's repairs of the findings; --apply ID -o OUT.json writes one")
+    s.add_argument("experiment", help="EXPERIMENT.json")
+    s.add_argument("--apply", metavar="ID", help="the repair to apply, by the id its preview prints")
+    s.add_argument("-o", "--output", metavar="OUT.json", help="where to write the repaired experiment")
+    s.set_defaults(func=cmd_repair)
 
     s = sub.add_parser("schema", help="print the experiment's JSON schema")
     s.set_defaults(func=cmd_schema)

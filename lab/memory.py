@@ -98,7 +98,10 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
     r, p = exp.resources, exp.placement
     n = max(p.train_gpus, 1)
 
-    dp = max(n // (r.tp * r.pp * r.cp), 1)
+    # The distributed optimizer shards over the data-parallel group WITH context parallelism
+    # (megatron-core's intra_dp_cp group): CP ranks hold whole copies of the weights, so they share
+    # the optimizer state like DP ranks do.
+    dp = max(n // (r.tp * r.pp), 1)
     edp = max(n // (ETP * r.ep * r.pp), 1)
     layout = TrainLayout(tokens=r.max_tokens_per_gpu, tp=r.tp, pp=r.pp, ep=ETP * r.ep, dp=dp, edp=edp,
                          recompute=r.recompute, cpu_adam=r.cpu_adam)

@@ -11,7 +11,9 @@ all of its fields together.
 
 Resource changes derive from the recipe: the engine size is the recipe's `rollout.engine_gpus`,
 the smallest training pool is the parallel layout's tile (TP·PP·CP, and EP·PP for MoE), and
-parallelism repairs offer the recipe's own layout. RDMA device names and external engine
+parallelism repairs offer the recipe's own layout. A runtime refusal of the layout (by its code)
+and the memory warning are repaired to the nearest layout the runtime accepts and the memory
+estimate fits (lab.memory_fit: the runtime and the estimate are asked, no rule is copied). RDMA device names and external engine
 addresses are never proposed or invented: they come from the user's environment and stay listed
 in `requires` (a test enforces it).
 
@@ -204,6 +206,22 @@ def _async_steps(exp: Experiment, d: Derived) -> list[Proposal]:
     return [("async_one_step", text("repair.one_step"), values)]
 
 
+def _nearest_layout(repairing: str | None) -> Callable[[Experiment, Derived], list[Proposal]]:
+    """The nearest layout (TP, PP, CP, EP, CPU Adam) that the runtime accepts without the refusal
+    `repairing` (None: without a new one) and whose training phase fits the memory estimate
+    (lab.memory_fit asks the runtime and the estimate; no rule is restated here)."""
+    from lab.memory_fit import describe, nearest_fits
+
+    def propose(exp: Experiment, d: Derived) -> list[Proposal]:
+        out: list[Proposal] = []
+        for fit in nearest_fits(exp, repairing):  # the nearest one: its id (rule:layout) stays stable
+            kind = "layout_cpu_adam" if fit.layout.cpu_adam and not exp.resources.cpu_adam else "layout"
+            out.append((kind, text(f"repair.{kind}", **describe(fit)), fit.values))
+        return out
+
+    return propose
+
+
 _PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
     "SGL-4": _pd,
     "RES-4": _idle,
@@ -214,35 +232,8 @@ _PROPOSERS: dict[str, Callable[[Experiment, Derived], list[Proposal]]] = {
     "ASY-1": lambda e, d: [("tis", text("repair.tis"), {"corrections.tis": True})],
     "PRC-5": lambda e, d: [("tis", text("repair.tis"), {"corrections.tis": True})],
     "LAB-HYB-1": lambda e, d: [("state_fp32", text("repair.state_fp32"), {"precision.recurrent_state_dtype": "float32"})],
+    "LAB-MEM-1": _nearest_layout(None),
 }
-
-def _data_parallel_only(exp: Experiment, d: Derived) -> list[Proposal]:
-    """TP = PP = CP = 1: the layout the Ray loop runs today (data parallel over the trainer ranks).
-    Whole weights on every GPU cost memory, so CPU Adam comes with it when the estimate says the
-    GPU would not hold the training phase otherwise."""
-    from lab.memory import estimate_memory
-
-    r = exp.resources
-    values: dict[str, Any] = {"resources.tp": 1, "resources.pp": 1, "resources.cp": 1}
-    if r.pp_first_stage_layers is not None:
-        values["resources.pp_first_stage_layers"] = None
-    if r.pp_last_stage_layers is not None:
-        values["resources.pp_last_stage_layers"] = None
-    try:
-        after = edit_many(Workspace(b=exp), values, text("repair.data_parallel", dp=exp.placement.train_gpus)).b
-    except ChangeError:
-        return []
-    def fits(e: Experiment) -> bool:
-        m = estimate_memory(e)
-        return not m.gpu_memory_gib or m.peak_gib <= m.gpu_memory_gib
-
-    if fits(after):
-        return [("data_parallel", text("repair.data_parallel", dp=exp.placement.train_gpus), values)]
-    if not r.cpu_adam and fits(after.model_copy(update={"resources": after.resources.model_copy(update={"cpu_adam": True})})):
-        return [("data_parallel_cpu_adam", text("repair.data_parallel_cpu_adam", dp=exp.placement.train_gpus),
-                 {**values, "resources.cpu_adam": True})]
-    return []  # whole weights on one GPU do not fit this model: the refusal stands until TP/PP run in the loop
-
 
 # The runtime's refusals (lab.runtime_verdict) that have a mechanical repair, by the refusal's
 # code (slime/refusals.py; the rule itself stays in slime/args.py). Repair ids keep the rule's name.
@@ -250,8 +241,16 @@ _RUNTIME_PROPOSERS: list[tuple[str, str, Callable[[Experiment, Derived], list[Pr
     ("args.async_colocate", "COL-1", _colocated_async),
     ("args.gbs_divides", "BAT-3",
      lambda e, d: [("one_step", text("repair.one_step"), {"task.num_steps_per_rollout": 1})]),
-    ("megatron.tp_pp_export", "MEG-EXPORT", _data_parallel_only),
-    ("megatron.context_parallel", "MEG-CP", _data_parallel_only),
+    ("megatron.context_parallel", "MEG-CP", _nearest_layout("megatron.context_parallel")),
+    ("megatron.dp_whole", "MEG-DP", _nearest_layout("megatron.dp_whole")),
+    ("args.tis_icepop", "COR-TIS-ICEPOP",
+     lambda e, d: [("keep_icepop", text("repair.keep_icepop"), {"corrections.tis": False}),
+                   ("keep_tis", text("repair.keep_tis"), {"corrections.icepop": False})]),
+    ("args.sc_ratio", "COR-SC",
+     lambda e, d: [("sc_without_tis", text("repair.sc_without_tis"), {"corrections.tis": False})]),
+    ("args.over_sampling", "BAT-7",
+     lambda e, d: [("over_sampling_2x", text("repair.over_sampling_2x", over=2 * e.task.rollout_batch_size),
+                    {"rollout.over_sampling_batch_size": 2 * e.task.rollout_batch_size})]),
     ("args.one_sample_group", "BAT-6",
      lambda e, d: [("eight_samples", text("repair.eight_samples"), {"task.n_samples_per_prompt": 8})]),
 ]

@@ -132,3 +132,19 @@ def test_source_scope_and_image_panels_show_the_real_hashes_and_say_what_is_not_
     act(page, lambda: field(page, "install.image").select_option("slimerl/slime:0.1.0-cu130-blackwell"))
     assert "178 GiB" in page.locator("#hw-context").text_content()
     assert_clean(page)
+
+
+def test_the_first_experiments_cp_refusal_repairs_to_the_nearest_accepted_layout(new_page):
+    page = new_page()  # GLM-4-9B at TP 2, CP 2: CP needs Transformer Engine, absent here
+    assert value(page, "resources.cp") == "2" and value(page, "resources.tp") == "2"
+    page.locator("#repairs > summary").click()
+    preview = page.locator('details.repair[data-repair-id="MEG-CP:layout"]')
+    rows = preview.locator("table.repair-changes tr[data-path]")
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.path)") == ["resources.cp"]  # TP 2 stays
+    assert "TP 2, PP 1, CP 1, EP 1" in preview.inner_text()  # its title names the layout it sets
+    act(page, lambda: preview.locator("[data-apply-repair]").click())
+    assert (value(page, "resources.cp"), value(page, "resources.tp")) == ("1", "2")
+    assert page.locator('details.repair[data-repair-id="MEG-CP:layout"]').count() == 0
+    act(page, lambda: page.locator("#undo").click())
+    assert value(page, "resources.cp") == "2"
+    assert_clean(page)

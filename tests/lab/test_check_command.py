@@ -12,7 +12,7 @@ import yaml
 from lab.recipes import REPO_ROOT, get_recipe
 from lab.render import render_all, write_files
 from lab.rules import apply_change, new_experiment
-from tests.lab.runtime_pending import PENDING, pending
+from tests.lab.runtime_pending import pending, pending_texts
 
 
 def runtime_refuses_megatron_placement() -> bool:
@@ -103,8 +103,8 @@ def test_check_in_an_empty_dir_names_every_missing_input(tmp_path):
 
 
 # What the runtime's pre-flight refuses on this machine and not on the cluster: SGLang is not
-# installed here, and train.py does not place the Megatron trainer yet (#12).
-MACHINE_ONLY = ("needs the optional [sglang] install", *PENDING)
+# installed here, and the runtime's pending refusals (tests/lab/runtime_pending.py: CP without Transformer Engine).
+MACHINE_ONLY = ("needs the optional [sglang] install", *pending_texts())
 
 
 def test_check_passes_when_every_input_is_present(tmp_path):

@@ -217,3 +217,48 @@ def test_validate_reads_a_schema1_export_like_the_page(capsys):
     fixture = REPO_ROOT / "tests" / "fixtures" / "schema1_export.json"
     code, out, err = main(capsys, "validate", str(fixture))
     assert code in (0, 1) and err == "" and "[resources.ep" in out  # loaded, migrated and checked
+
+
+def _page_repairs(exp) -> list[dict]:
+    from lab.workspace import Workspace
+
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
+    r = client.post("/api/workspace", json={"workspace": Workspace(b=exp).model_dump(mode="json"), "action": {"type": "view"}})
+    assert r.status_code == 200, r.text
+    return r.json()["repairs"]
+
+
+def test_repair_previews_the_pages_repairs_and_writes_the_repaired_experiment_on_request(tmp_path):
+    exp = new_experiment("glm4-9b")  # CP 2: refused without Transformer Engine; the repair drops CP only
+    src = export(tmp_path, exp)
+    page = _page_repairs(exp)
+    out = slime_lab("repair", str(src))
+    assert out.returncode == 0, out.stderr
+    shown = re.findall(r"^repair (\S+): (.*)$", out.stdout, re.M)
+    assert shown == [(r["id"], r["title"]) for r in page] and shown
+    assert "resources.cp: 2 -> 1" in out.stdout and not (tmp_path / "fixed.json").exists()
+    fixed = tmp_path / "fixed.json"
+    out = slime_lab("repair", str(src), "--apply", page[0]["id"], "-o", str(fixed))
+    assert out.returncode == 0, out.stderr
+    assert slime_lab("validate", str(fixed)).returncode == 0  # no error left
+    again = cli.load_experiment_file(str(fixed))
+    assert again.resources.cp == 1 and again.resources.tp == 2
+    assert fixed.read_text() == render_all(again)["experiment.json"]  # the page's export format
+
+
+def test_repair_with_an_unknown_id_names_the_repairs_and_writes_nothing(tmp_path):
+    src = export(tmp_path, new_experiment("glm4-9b"))
+    out = slime_lab("repair", str(src), "--apply", "SGL-4:pd_split", "-o", str(tmp_path / "x.json"))
+    assert out.returncode == 2 and "MEG-CP:layout" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "x.json").exists()
+    out = slime_lab("repair", str(src), "--apply", "MEG-CP:layout")
+    assert out.returncode == 2 and "-o" in out.stderr
+
+
+def test_validate_fix_prints_the_findings_then_the_repairs(tmp_path):
+    src = export(tmp_path, new_experiment("glm4-9b"))
+    out = slime_lab("validate", str(src), "--fix")
+    assert out.returncode == 1  # the errors are still there: --fix previews, it applies nothing
+    head, _, tail = out.stdout.partition("error(s)\n")
+    assert "RUNTIME" in head and "--context-parallel-size" in head
+    assert "repair MEG-CP:layout:" in tail and "slime-lab repair" in tail

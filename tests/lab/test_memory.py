@@ -26,18 +26,24 @@ def test_cpu_adam_moves_the_optimizer_to_host():
     assert on.training.total_gib < off.training.total_gib
 
 
-def test_optimizer_is_sharded_over_data_parallel_ranks():
-    e = new_experiment("glm4-9b")  # 4 training GPUs, TP 2 CP 2 → DP 1
-    dp2 = apply_change(e, "resources.cp", 1)[0]  # DP 2
+def test_optimizer_is_sharded_over_data_and_context_parallel_ranks():
+    e = new_experiment("glm4-9b")  # 4 training GPUs, TP 2 CP 2 → DP 1, DP×CP 2
     key = "Adam state (FP32 master + moments, ZeRO over DP)"
-    assert estimate_memory(dp2).training.items_gib[key] == pytest.approx(estimate_memory(e).training.items_gib[key] / 2, rel=0.01)
+    dp2 = apply_change(e, "resources.cp", 1)[0]  # DP 2, DP×CP 2: the same shards
+    assert estimate_memory(dp2).training.items_gib[key] == pytest.approx(estimate_memory(e).training.items_gib[key], rel=0.01)
+    tp4 = apply_change(dp2, "resources.tp", 4)[0]  # DP 1: one shard of a quarter of the weights
+    assert estimate_memory(tp4).training.items_gib[key] == pytest.approx(estimate_memory(e).training.items_gib[key], rel=0.01)
+    dp4 = apply_change(dp2, "resources.tp", 1)[0]  # DP 4: a quarter of the whole weights' state
+    assert estimate_memory(dp4).training.items_gib[key] == pytest.approx(estimate_memory(e).training.items_gib[key], rel=0.01)
+    two = apply_change(dp4, "placement.train_gpus", 2)[0]  # DP 2: half of the whole weights' state
+    assert estimate_memory(two).training.items_gib[key] == pytest.approx(2 * estimate_memory(e).training.items_gib[key], rel=0.01)
 
 
 def test_adam_is_twelve_bytes_per_param_shard():
     e = new_experiment("glm4-9b")
     m = estimate_memory(e)
     key = "Adam state (FP32 master + moments, ZeRO over DP)"
-    assert m.training.items_gib[key] == pytest.approx(6 * m.training.items_gib["weights (BF16)"], rel=0.01)  # 12 B vs 2 B, DP 1
+    assert m.training.items_gib[key] == pytest.approx(6 * m.training.items_gib["weights (BF16)"] / 2, rel=0.01)  # 12 B vs 2 B, DP×CP 2
 
 
 def test_full_recompute_uses_less_activation_memory():

@@ -47,7 +47,7 @@ def test_the_bench_comparison_uses_the_same_arithmetic_as_the_lab():
     exp = new_experiment("glm4-9b")
     _, spec = recipe_and_spec(exp)
     r = exp.resources
-    dp = max(exp.placement.train_gpus // (r.tp * r.pp * r.cp), 1)
+    dp = max(exp.placement.train_gpus // (r.tp * r.pp), 1)  # the distributed optimizer shards over DP×CP
     parts = training_parts(spec, TrainLayout(tokens=r.max_tokens_per_gpu, tp=r.tp, pp=r.pp, ep=r.ep, dp=dp,
                                              edp=max(exp.placement.train_gpus // (r.ep * r.pp), 1),
                                              recompute=r.recompute, cpu_adam=r.cpu_adam))

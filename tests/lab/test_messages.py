@@ -352,6 +352,17 @@ def _api_entries():
     return out
 
 
+# Layouts the memory estimate does not fit (its advice: a layout, one with CPU Adam, none) and a
+# variant whose repair is its own (SC on top of a recipe's TIS).
+LAYOUT_CASES = [
+    ("advice_layout", "glm4-9b", {"resources.tp": 1, "resources.cp": 1}),
+    ("advice_cpu_adam", "glm4.7", {"resources.cpu_adam": False}),
+    ("advice_none", "deepseek-r1", {"placement.train_gpus": 8, "placement.nodes": 2, "resources.tp": 1, "resources.pp": 1,
+                                    "resources.ep": 8, "resources.pp_last_stage_layers": None}),
+    ("sc_on_tis", "glm4.7", {"corrections.sc": True}),
+]
+
+
 def _emitted():
     """(key, params, English as stored, where) of every text the producers emit over all recipes."""
     from lab.repair import propose_repairs
@@ -365,9 +376,13 @@ def _emitted():
         if e.label_id:
             out.append((e.label_id, e.label_params, e.label, "history label"))
         out += [(c.reason_id, c.reason_params, c.reason, f"history {c.path}") for c in e.changes if c.reason]
-    for name, exp in SWEEP[:: max(1, len(SWEEP) // 120)] + [(c[0], _raw(c[1], c[2])) for c in CASES]:
+    for name, exp in SWEEP[:: max(1, len(SWEEP) // 120)] + [(c[0], _raw(c[1], c[2])) for c in CASES + LAYOUT_CASES]:
         for r in propose_repairs(exp):
             out.append((r.title_id, r.params, r.title, f"repair {name} {r.id}"))
+        for f in validate(exp):  # the memory warning's advice: a text given as a parameter
+            advice = f.params.get("advice") if f.id == "LAB-MEM-1" else None
+            if advice:
+                out.append((advice["key"], advice["params"], render(advice["key"], advice["params"]), f"advice {name}"))
     for name in RECIPES:
         for changes in ({}, {"precision.rollout": "fp8"}, {"precision.state_kv_ratio": 0.5}):
             m = estimate_memory(_raw(name, changes))

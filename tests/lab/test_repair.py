@@ -112,25 +112,98 @@ def test_repair_ids_are_unique_and_stable():
     assert len(ids) == len(set(ids)) and ids == [r.id for r in propose_repairs(exp)]
 
 
-def test_the_default_experiments_runtime_refusals_repair_to_the_data_parallel_layout_the_runtime_accepts():
+def _fits_and_is_accepted(exp) -> None:
     from lab.memory import estimate_memory
+    from lab.runtime_verdict import judge
 
-    exp = new_experiment("glm4-9b")  # the page's first experiment: TP 2 and CP 2, refused by the Ray loop today
+    assert judge(exp).errors == []
+    assert estimate_memory(exp).training.fits is not False
+
+
+def test_the_default_experiments_cp_refusal_repairs_to_the_nearest_layout_the_runtime_accepts():
+    exp = new_experiment("glm4-9b")  # the page's first experiment: TP 2 and CP 2; CP needs Transformer Engine
     refused = {f.params.get("code") for f in validate(exp) if f.id == "RUNTIME" and f.level == "error"}
-    assert refused == {"megatron.tp_pp_export", "megatron.context_parallel"}
+    assert refused == {"megatron.context_parallel"}
     (r,) = [r for r in propose_repairs(exp) if r.fixes == "RUNTIME"]
-    # whole weights on each of 4 GPUs do not fit 80 GiB with Adam on the GPU: CPU Adam comes with it
-    assert r.values == {"resources.tp": 1, "resources.pp": 1, "resources.cp": 1, "resources.cpu_adam": True}
-    assert r.remaining == [] and r.derived.dp == 4
+    # the nearest layout: drop CP only, keep TP 2 (and sequence parallel); 4 GPUs → DP 2
+    assert r.id == "MEG-CP:layout" and r.values == {"resources.cp": 1}
+    assert r.remaining == [] and r.derived.dp == 2
     ws = apply_repair(W.Workspace(b=exp), r.id)
     assert [f for f in validate(ws.b) if f.level == "error"] == []
-    m = estimate_memory(ws.b)
-    assert m.peak_gib <= m.gpu_memory_gib
-    assert len(ws.undo) == 1  # one undo restores TP, CP and CPU Adam together
+    _fits_and_is_accepted(ws.b)
+    assert len(ws.undo) == 1
 
 
-def test_no_data_parallel_repair_is_offered_where_whole_weights_cannot_fit_a_gpu():
-    for recipe in ("glm4.7", "glm5.3", "deepseek-r1", "qwen3.8-27b"):
-        exp = new_experiment(recipe)
-        assert any(f.params.get("code") == "megatron.tp_pp_export" for f in validate(exp))
-        assert not [r for r in propose_repairs(exp) if r.fixes == "RUNTIME"], recipe
+def test_a_layout_repair_keeps_model_parallelism_where_whole_weights_cannot_fit_a_gpu():
+    for recipe in ("glm4.7", "glm5.3", "deepseek-r1", "qwen3.8-27b", "glm4.7-flash"):
+        exp = _exp(recipe, resources__cpu_adam=False, resources__tp=1)  # 80 GiB GPUs: does not fit
+        assert [f for f in validate(exp) if f.id == "LAB-MEM-1"], recipe
+        r = [r for r in propose_repairs(exp) if r.fixes == "LAB-MEM-1"][0]
+        after = apply_repair(W.Workspace(b=exp), r.id).b
+        assert after.resources.tp * after.resources.pp * after.resources.ep > 1, (recipe, r.values)
+        _fits_and_is_accepted(after)
+        assert not [f for f in validate(after) if f.id == "LAB-MEM-1"], recipe
+
+
+def test_the_memory_warnings_advice_is_the_layout_its_repair_sets_and_the_runtime_accepts():
+    exp = _exp("glm4-9b", resources__tp=1, resources__cp=1)  # whole weights on each of 4 GPUs: 91 GiB
+    (warning,) = [f for f in validate(exp) if f.id == "LAB-MEM-1"]
+    r = [r for r in propose_repairs(exp) if r.fixes == "LAB-MEM-1"][0]
+    after = apply_repair(W.Workspace(b=exp), r.id).b
+    res = after.resources
+    assert f"TP {res.tp}, PP {res.pp}, CP {res.cp}, EP {res.ep}" in warning.fix and "raise TP" not in warning.fix
+    assert set(r.values) <= {f"resources.{k}" for k in ("tp", "pp", "cp", "ep", "cpu_adam", "pp_first_stage_layers",
+                                                        "pp_last_stage_layers")}
+    _fits_and_is_accepted(after)
+
+
+def test_without_a_fitting_layout_the_memory_warning_says_so_and_offers_no_layout():
+    exp = _exp("deepseek-r1", placement__train_gpus=8, placement__nodes=2, resources__tp=1, resources__pp=1,
+               resources__ep=8, resources__pp_last_stage_layers=None)
+    (warning,) = [f for f in validate(exp) if f.id == "LAB-MEM-1"]
+    assert "No layout of these 8 training GPUs" in warning.fix
+    assert not [r for r in propose_repairs(exp) if r.fixes == "LAB-MEM-1"]
+
+
+def test_the_layout_search_follows_the_runtime_verdict(monkeypatch):
+    """Stand-in: the runtime's Megatron capability check is wrapped to refuse TP > 1 as the Ray loop
+    once did (it accepts TP now); the lab must then propose no TP > 1, with no lab rule changed."""
+    from lab import memory_fit, runtime_verdict
+    from slime.backends.megatron import capabilities
+    from slime.refusals import Refusal
+
+    real = capabilities.megatron_trainer_errors
+
+    def refuses_tp(cfg):
+        tp = int(cfg.megatron.get("tensor_model_parallel_size", 1) or 1)
+        return real(cfg) + ([Refusal("megatron.dp_whole", {"ranks": 0, "model": tp})] if tp > 1 else [])
+
+    exp = _exp("glm4-9b", resources__tp=1, resources__cp=1)
+    memos = (runtime_verdict._JUDGED, runtime_verdict._FOUND, memory_fit._FOUND)
+    for memo in memos:
+        memo.clear()
+    monkeypatch.setattr(capabilities, "megatron_trainer_errors", refuses_tp)
+    try:
+        fits = memory_fit.nearest_fits(exp, limit=3)
+        assert fits and all(f.layout.tp == 1 for f in fits)
+        assert memory_fit.nearest_fits(exp, limit=1) != []
+    finally:
+        for memo in memos:
+            memo.clear()
+
+
+@pytest.mark.parametrize("recipe,values,repair_id", [
+    ("glm4.7-flash", {"corrections.tis": True, "corrections.icepop": True}, "COR-TIS-ICEPOP:keep_icepop"),
+    ("glm4.7-flash", {"corrections.tis": True, "corrections.icepop": True}, "COR-TIS-ICEPOP:keep_tis"),
+    ("glm4.7", {"corrections.sc": True}, "COR-SC:sc_without_tis"),  # the recipe turns TIS on
+    ("glm4.7", {"rollout.over_sampling_batch_size": 64}, "BAT-7:over_sampling_2x"),  # below its batch of 128
+])
+def test_a_refused_variant_repairs_to_what_the_runtime_accepts(recipe, values, repair_id):
+    from lab.runtime_verdict import judge
+
+    exp = new_experiment(recipe)
+    for path, value in values.items():
+        exp, _ = apply_change(exp, path, value)
+    assert judge(exp).errors
+    after = apply_repair(W.Workspace(b=exp), repair_id).b
+    assert judge(after).errors == []
