@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from lab.bash_static import MAX_SCRIPT_BYTES, BashStaticError, Evaluated, Word, evaluate
-from lab.experiment import EXTRA_FLAGS_PATH, SIMPLE_FLAG, Experiment, fields_of_flag, iter_field_paths
+from lab.experiment import (
+    EXTRA_FLAGS_PATH,
+    FIELD_FLAGS,
+    PRIVATE_FIELDS,
+    SIMPLE_FLAG,
+    Experiment,
+    fields_of_flag,
+    get_path,
+    iter_field_paths,
+)
 from lab.recipes import REPO_ROOT, all_recipes
 from lab.rules import ChangeError, apply_change, new_experiment
 
@@ -191,6 +200,11 @@ _STRUCTURAL = {
     "--eval-interval": "evaluation.interval", "--n-samples-per-eval-prompt": "evaluation.n_samples",
     "--rollout-queue-dir": "rollout.queue_state_dir", "--rollout-queue-run-id": "rollout.queue_run_id",
     "--sglang-kv-cache-dtype": "precision.kv_cache_dtype",
+    "--decoder-first-pipeline-num-layers": "resources.pp_first_stage_layers",
+    "--decoder-last-pipeline-num-layers": "resources.pp_last_stage_layers",
+    "--sglang-mamba-ssm-dtype": "precision.recurrent_state_dtype",
+    "--sglang-mamba-full-memory-ratio": "precision.state_kv_ratio",
+    "--sglang-enable-deterministic-inference": "corrections.deterministic",
 }
 
 # Flags the lab always writes although a script may leave them out: the runtime's own default
@@ -338,7 +352,6 @@ def _field_changes(script: LaunchScript, given: dict[str, list[str]]) -> tuple[l
     nodes = _int(script, "--actor-num-nodes", given.get("--actor-num-nodes", ["1"]), "placement.nodes")
     per = _int(script, "--actor-num-gpus-per-node", given.get("--actor-num-gpus-per-node", ["8"]),
                "placement.gpus_per_node")
-    changes.append(("placement.nodes", nodes, "--actor-num-nodes"))
     changes.append(("placement.train_gpus", nodes * per, "--actor-num-gpus-per-node"))
     if "--prefill-num-servers" in given:
         changes.append(("serving.pd.enabled", True, "--prefill-num-servers"))
@@ -367,14 +380,37 @@ def _field_changes(script: LaunchScript, given: dict[str, list[str]]) -> tuple[l
         changes.append(("serving.pd.rdma_devices", ",".join(given["--sglang-disaggregation-ib-device"]).split(","),
                         "--sglang-disaggregation-ib-device"))
         consumed.add("--sglang-disaggregation-ib-device")
-    if "--use-tis" in given:
-        changes.append(("corrections.icepop", "--use-icepop" in given, "--use-icepop"))
-    # Fields a recipe turns on that the script does not: off, so the command says what the script said.
-    if "--use-tis" not in given:
-        changes.append(("corrections.tis", False, "--use-tis"))
+    # Switches a recipe turns on that the script does not pass: off, so the command says what the
+    # script said (the runtime's default).
+    for p, flag in SIMPLE_FLAG.items():
+        if "bool" in str(_TYPES[p]) and flag not in given:
+            changes.append((p, False, flag))
+    if "--use-rollout-routing-replay" not in given:
+        changes.append(("corrections.r3", False, "--use-rollout-routing-replay"))
+    if given.get("--fp8-format") == ["e4m3"] and given.get("--fp8-recipe") == ["blockwise"]:
+        changes.append(("precision.training", "fp8", "--fp8-format"))
+    if "--optimizer-cpu-offload" not in given:
+        changes.append(("resources.cpu_adam", False, "--optimizer-cpu-offload"))
+    granularity = given.get("--recompute-granularity", ["none"])
+    if granularity and granularity[0] in ("none", "full", "selective"):
+        changes.append(("resources.recompute", granularity[0], "--recompute-granularity"))
     if "--eval-prompt-data" not in given:
         changes.append(("evaluation.enabled", False, "--eval-prompt-data"))
+    # Optional values a recipe sets (an uneven pipeline split, over-sampling) that the script does not
+    # pass: empty, the runtime's default.
+    for p, info in iter_field_paths():
+        flags = FIELD_FLAGS.get(p, ())
+        if len(flags) == 1 and info.default is None and flags[0] not in given and p not in PRIVATE_FIELDS:
+            changes.append((p, None, flags[0]))
     return changes, consumed
+
+
+def _cluster_nodes(b: Experiment) -> int:
+    """Ray nodes that hold the pools the script asks for (placement.nodes is the cluster, not
+    --actor-num-nodes: the lab derives that from the training pool)."""
+    p = b.placement
+    total = p.train_gpus + p.rollout_gpus if p.ownership == "disaggregated" else max(p.train_gpus, p.rollout_gpus)
+    return max(1, -(-total // max(p.gpus_per_node, 1)))
 
 
 def import_script(text: str, path: Path | None = None) -> Imported:
@@ -397,13 +433,22 @@ def import_script(text: str, path: Path | None = None) -> Imported:
     if not shipped:
         b, _ = apply_change(b, "model.spec_args", shlex.join(model_args))
     changes, consumed = _field_changes(script, given)
-    for p, value, flag in changes:
-        try:
-            b, _ = apply_change(b, p, value)
-        except ChangeError as exc:
-            if flag:
-                consumed.discard(flag)
-                reasons[flag] = f"{p} cannot take it: {exc.message}"
+    # A change may rewrite fields set before it (a new PP re-derives the pipeline split): the
+    # script's own values are applied again until they hold, so the script wins over dependents.
+    for round_ in range(3):
+        for p, value, flag in changes if round_ == 0 else [c for c in changes if c[2] in given]:
+            if round_ and get_path(b.model_dump(), p) == value:
+                continue
+            try:
+                b, _ = apply_change(b, p, value)
+            except ChangeError as exc:
+                if flag:
+                    consumed.discard(flag)
+                    reasons[flag] = f"{p} cannot take it: {exc.message}"
+    if b.placement.ownership == "colocated" and b.placement.rollout_gpus != b.placement.train_gpus:
+        b, _ = apply_change(b, "placement.rollout_gpus", b.placement.train_gpus)  # --colocate: one pool
+    if b.placement.nodes != _cluster_nodes(b):
+        b, _ = apply_change(b, "placement.nodes", _cluster_nodes(b))
     if "--prefill-num-servers" in given and b.serving.pd.enabled:
         pre = _int(script, "--prefill-num-servers", given["--prefill-num-servers"], "serving.pd.prefill_engines")
         engines = max(b.placement.rollout_gpus // max(b.placement.engine_gpus, 1), 2)

@@ -285,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--micro-batch-size", type=int, default=1)
     _bool(g, "--use-dynamic-batch-size", "pack micro-batches up to --max-tokens-per-gpu")
     g.add_argument("--max-tokens-per-gpu", type=int, default=None)
+    # --- issue 28 (launch-script import): flags real slime scripts carry --------------------------
+    _bool(g, "--balance-data", "split each step over the data-parallel ranks with equal sample counts and "
+                               "near-equal token totals (longest first), instead of consecutive slices")
+    # --- end issue 28 ------------------------------------------------------------------------------
     g.add_argument("--lr", type=float, default=1e-6)
     g.add_argument("--weight-decay", type=float, default=0.0)
     g.add_argument("--adam-beta1", type=float, default=0.9)
@@ -447,7 +451,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.calculate_per_token_loss, ns.normalize_advantages, ns.kl_coef, ns.rollout_max_response_len,
             ns.use_sc, ns.gamma, ns.lambd, ns.value_clip),
         batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
-                          ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
+                          ns.use_dynamic_batch_size, ns.max_tokens_per_gpu, ns.balance_data),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
                         ns.update_weight_buffer_size, ns.update_weights_interval,
                         ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None,
