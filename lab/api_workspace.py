@@ -89,6 +89,8 @@ class Action(BaseModel):
     link: str | None = Field(None, description="open_share: the share link, its #s= fragment, or the bare token.")
     data: Any = Field(None, description="load_json: an experiment.json export or a choices object.")
     text: str | None = Field(None, description="load_json / import_script: the file's text, as read by the page.")
+    sources: dict[str, str] | None = Field(
+        None, description="import_script: the model specs chosen with the script, by file name, for the files it sources.")
     id: str | None = Field(None, description="apply_repair: the repair's id from `repairs`.")
 
 
@@ -160,7 +162,7 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         from lab.import_script import ScriptImportError, import_script
 
         try:
-            imported = import_script(action.text or "")
+            imported = import_script(action.text or "", sources=action.sources)
         except ScriptImportError as exc:  # names the line; the workspace stays as it was
             raise ChangeError("action.text", str(exc), exc.key, exc.params) from exc
         loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), msg("label.import_script"))

@@ -361,6 +361,11 @@ class _Eval:
         src = text.encode("utf-8", "replace")
         tree = _parser().parse(src)
         err = _first_error(tree.root_node)
+        if err is not None and err.is_missing and err.parent is not None:  # an opened construct never closed
+            opener = err.parent.children[0].text.decode("utf-8", "replace") if err.parent.children else ""
+            if err.type in ('"', "'"):
+                raise BashStaticError(_line(err.parent), "import.syntax.quote", text=opener)
+            raise BashStaticError(_line(err.parent), "import.syntax.unclosed", opener=opener, closer=err.type)
         if err is not None:
             snippet = err.text.decode("utf-8", "replace").strip()
             key = "import.syntax.quote" if snippet[:1] in ("'", '"') or "'" in snippet or '"' in snippet \
@@ -444,8 +449,12 @@ class _Eval:
         append = any(c.type == "+=" for c in node.children)
         self.out.unknown.pop(name, None)
         if value is not None and value.type == "array":
-            words = [Word(f, _line(c)) for c in value.children if c.type not in ("(", ")", "comment")
-                     for f in self._fields(c)]
+            words: list[Word] = []
+            for c in value.children:
+                if c.type in ("(", ")", "comment"):
+                    continue
+                from_array = self._array_words(c)
+                words += from_array if from_array is not None else [Word(f, _line(c)) for f in self._fields(c)]
             if append:
                 self.out.arrays.setdefault(name, []).extend(words)
             else:
@@ -459,6 +468,27 @@ class _Eval:
         self.out.scalars[name] = (self.out.scalars.get(name, "") + text) if append else text
         self.out.arrays.pop(name, None)
 
+    def _array_words(self, node: Any) -> list[Word] | None:
+        """`${A[@]}` / `"${A[@]}"` alone as a word: the array's words with the lines they were
+        written on (so a flag from an array is named with its own line), else None."""
+        quoted = node.type == "string"
+        if quoted:
+            inner = [c for c in node.children if c.type != '"']
+            if len(inner) != 1 or node.end_byte - node.start_byte != inner[0].end_byte - inner[0].start_byte + 2:
+                return None
+            node = inner[0]
+        if node.type != "expansion":
+            return None
+        kids = [c for c in node.children if c.type not in ("${", "}")]
+        if len(kids) != 1 or kids[0].type != "subscript":
+            return None
+        name = kids[0].child_by_field_name("name").text.decode()
+        index = kids[0].child_by_field_name("index").text.decode()
+        if index != "@" or name not in self.out.arrays or name in self.out.unknown:
+            return None
+        words = self.out.arrays[name]
+        return list(words) if quoted else [Word(f, w.line) for w in words for f in w.text.split()]
+
     def _command(self, node: Any, depth: int) -> None:
         words: list[Word] = []
         for c in node.children:
@@ -467,7 +497,8 @@ class _Eval:
             if c.type in ("file_redirect", "herestring_redirect"):
                 continue
             target = c.children[0] if c.type == "command_name" else c
-            words.extend(Word(f, _line(c)) for f in self._fields(target))
+            from_array = self._array_words(target)
+            words.extend(from_array if from_array is not None else (Word(f, _line(c)) for f in self._fields(target)))
         if not words:
             return
         if words[0].text in ("source", ".") and len(words) >= 2:

@@ -93,11 +93,15 @@ class Imported:
 
 # --- reading -------------------------------------------------------------------------------------
 
-def _reader(script_path: Path | None):
-    """read_source for the evaluator: relative to the script's directory (CLI), else only a shipped
-    spec by its name (the page: an upload names no directory the server may read)."""
+def _reader(script_path: Path | None, sources: dict[str, str] | None = None):
+    """read_source for the evaluator: relative to the script's directory (CLI); on the page, a file
+    uploaded with the script under the same name, else a shipped spec by its name (an upload names no
+    directory the server may read)."""
 
     def read(path: str) -> str | None:
+        name = Path(path).name
+        if sources and name in sources:
+            return sources[name]
         candidates: list[Path] = []
         if script_path is not None:
             p = Path(path)
@@ -123,11 +127,26 @@ def _guard(text: str) -> None:
         raise ScriptImportError(text.count("\n", 0, bad) + 1, "import.binary")
 
 
-def read_script(text: str, path: Path | None = None) -> LaunchScript:
+def script_text(path: Path) -> str:
+    """A launch script file's text; a binary or oversized file is refused naming its line."""
+    if path.stat().st_size > MAX_SCRIPT_BYTES:
+        raise ScriptImportError(1, "import.too_large", limit=MAX_SCRIPT_BYTES // 1000)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScriptImportError(data.count(b"\n", 0, exc.start) + 1, "import.binary") from None
     _guard(text)
+    return text
+
+
+def read_script(text: str, path: Path | None = None, sources: dict[str, str] | None = None) -> LaunchScript:
+    _guard(text)
+    for source in (sources or {}).values():
+        _guard(source)
     script_path = str(path.resolve()) if path is not None else "scripts/run.sh"
     try:
-        ev = evaluate(text, _reader(path), script_path)
+        ev = evaluate(text, _reader(path, sources), script_path)
     except BashStaticError as exc:
         raise ScriptImportError(exc.line, exc.key, **{k: v for k, v in exc.params.items() if k != "line"}) from None
     for s in ev.sourced:
@@ -413,8 +432,10 @@ def _cluster_nodes(b: Experiment) -> int:
     return max(1, -(-total // max(p.gpus_per_node, 1)))
 
 
-def import_script(text: str, path: Path | None = None) -> Imported:
-    script = read_script(text, path)
+def import_script(text: str, path: Path | None = None, sources: dict[str, str] | None = None) -> Imported:
+    """`path`: where the script lies (CLI; sourced files are read relative to it). `sources`: files
+    chosen with it on the page, by name."""
+    script = read_script(text, path, sources)
     given = flag_values(script.argv)
     _refuse_unsupported(script, given)
     if not script.model_args:
