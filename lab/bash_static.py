@@ -365,6 +365,10 @@ class _Eval:
             opener = err.parent.children[0].text.decode("utf-8", "replace") if err.parent.children else ""
             if err.type in ('"', "'"):
                 raise BashStaticError(_line(err.parent), "import.syntax.quote", text=opener)
+            owner = err.parent.parent
+            if err.parent.type == "array" and owner is not None and owner.child_by_field_name("name") is not None:
+                raise BashStaticError(_line(err.parent), "import.array_open",
+                                      name=owner.child_by_field_name("name").text.decode("utf-8", "replace"))
             raise BashStaticError(_line(err.parent), "import.syntax.unclosed", opener=opener, closer=err.type)
         if err is not None:
             snippet = err.text.decode("utf-8", "replace").strip()

@@ -438,6 +438,7 @@ def import_script(text: str, path: Path | None = None, sources: dict[str, str] |
     script = read_script(text, path, sources)
     given = flag_values(script.argv)
     _refuse_unsupported(script, given)
+    changes, consumed = _field_changes(script, given)  # a value of the wrong type is named first
     if not script.model_args:
         raise ScriptImportError(script.entry_line, "import.no_model")
     model_args = effective_model_args(script)
@@ -453,7 +454,6 @@ def import_script(text: str, path: Path | None = None, sources: dict[str, str] |
     reasons: dict[str, str] = {}  # flag -> why the rendered command cannot repeat it
     if not shipped:
         b, _ = apply_change(b, "model.spec_args", shlex.join(model_args))
-    changes, consumed = _field_changes(script, given)
     # A change may rewrite fields set before it (a new PP re-derives the pipeline split): the
     # script's own values are applied again until they hold, so the script wins over dependents.
     for round_ in range(3):
