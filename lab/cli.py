@@ -212,7 +212,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         print(f"{item.kind}: {path}:{item.line}: {what}: {item.why}", file=sys.stderr)
     print(json.dumps({"a": result.a.model.recipe, "model": result.model, "entry": result.entry,
                       "unknown_flags": result.unknown, "unset_flags": list(result.b.advanced.unset_flags),
-                      "report": [vars(item) for item in result.report], "differences": diff, "b": b},
+                      "report": [item.as_dict() for item in result.report], "differences": diff, "b": b},
                      indent=2, sort_keys=True))
     if args.out:
         from lab.render import render_all, write_files

@@ -34,6 +34,7 @@ from lab.experiment import (
     get_path,
     iter_field_paths,
 )
+from lab.messages import ref
 from lab.recipes import REPO_ROOT, all_recipes
 from lab.rules import ChangeError, apply_change, new_experiment
 
@@ -69,14 +70,27 @@ class LaunchScript:
 @dataclass
 class ReportItem:
     """One difference between the script's train command and the rendered one, or one value the
-    importer could not evaluate. kind: normalised | differs | unresolved | model."""
+    importer could not evaluate. kind: normalised | differs | unresolved. `text` is the catalogue
+    reference of the reason (import.report.*, worded in the page's language); `why` its English."""
 
     kind: str
     flag: str
     line: int
     script: list[str] | None
     rendered: list[str] | None
-    why: str
+    text: dict[str, Any]
+
+    @property
+    def why(self) -> str:
+        from lab.messages import render
+
+        return render(self.text["key"], self.text["params"], "en")
+
+    def as_dict(self, lang: str = "en") -> dict[str, Any]:
+        from lab.messages import localize_text
+
+        return {"kind": self.kind, "flag": self.flag, "line": self.line, "script": self.script,
+                "rendered": self.rendered, "why": localize_text(self.text["key"], self.text["params"], lang)}
 
 
 @dataclass
@@ -106,6 +120,7 @@ def _reader(script_path: Path | None, sources: dict[str, str] | None = None):
         if script_path is not None:
             p = Path(path)
             candidates.append(p if p.is_absolute() else script_path.parent / p)
+            candidates += [script_path.parent / "models" / name, script_path.parent / name]  # a copied spec
         if path.endswith(".sh"):
             candidates.append(SHIPPED_MODELS / Path(path).name)
         for c in candidates:
@@ -229,14 +244,14 @@ _STRUCTURAL = {
 # Flags the lab always writes although a script may leave them out: the runtime's own default
 # differs from upstream slime's (embedded backends here, Megatron + SGLang there). Each one added
 # is a listed normalisation in the import report.
-ALWAYS_WRITTEN = {
-    "--train-backend": "upstream slime trains with Megatron without the flag; this runtime's default is embedded",
-    "--rollout-backend": "upstream slime rolls out with SGLang without the flag; this runtime's default is embedded",
-    "--sglang-config": "the lab writes the engine groups (PD, HiCache, EAGLE) into sglang.yaml",
+ALWAYS_WRITTEN = {  # flag -> the catalogue text that says why (import.report.*)
+    "--train-backend": "import.report.backend",
+    "--rollout-backend": "import.report.backend",
+    "--sglang-config": "import.report.sglang_config",
 }
 # Script flags the lab writes in another form (each listed as a normalisation).
 REWRITTEN = {
-    "--prefill-num-servers": "PD is written as the prefill and decode groups of sglang.yaml (--sglang-config)",
+    "--prefill-num-servers": "import.report.prefill",
 }
 
 
@@ -333,12 +348,13 @@ def _refuse_unsupported(script: LaunchScript, given: dict[str, list[str]]) -> No
     loss = given.get("--loss-type")
     if loss and loss[0] == "sft_loss":
         raise ScriptImportError(_line(script, "--loss-type"), "import.sft")
+    # A value of the train command that needs the machine to evaluate is named, never written as text.
     for u in script.evaluated.unresolved if script.evaluated else []:
         for i, word in enumerate(script.argv):
             if u.text in word and script.argv_lines[i] == u.line:
-                flag = next((script.argv[j] for j in range(i, -1, -1) if script.argv[j].startswith("--")), "")
-                if flag and (flag in SIMPLE_FLAG.values() or flag in _STRUCTURAL or flag in _PLACEMENT):
-                    raise ScriptImportError(u.line, "import.unresolved", flag=flag, text=u.text, why=u.why)
+                flag = next((script.argv[j] for j in range(i, -1, -1) if script.argv[j].startswith("--")), word)
+                raise ScriptImportError(u.line, "import.unresolved", flag=flag.split("=", 1)[0], text=u.text,
+                                        why=ref(f"import.why.{u.why}"))
 
 
 _PLACEMENT = {"--colocate", "--rollout-external-engine-addrs", "--rollout-num-gpus", "--actor-num-nodes",
@@ -451,7 +467,7 @@ def import_script(text: str, path: Path | None = None, sources: dict[str, str] |
     a = new_experiment(recipe)
     b = a
     report: list[ReportItem] = []
-    reasons: dict[str, str] = {}  # flag -> why the rendered command cannot repeat it
+    reasons: dict[str, dict[str, Any]] = {}  # flag -> why the rendered command cannot repeat it
     if not shipped:
         b, _ = apply_change(b, "model.spec_args", shlex.join(model_args))
     # A change may rewrite fields set before it (a new PP re-derives the pipeline split): the
@@ -465,7 +481,8 @@ def import_script(text: str, path: Path | None = None, sources: dict[str, str] |
             except ChangeError as exc:
                 if flag:
                     consumed.discard(flag)
-                    reasons[flag] = f"{p} cannot take it: {exc.message}"
+                    reasons[flag] = ref("import.report.field", field=p,
+                                        reason=ref(exc.key, **exc.params) if exc.key else exc.message)
     if b.placement.ownership == "colocated" and b.placement.rollout_gpus != b.placement.train_gpus:
         b, _ = apply_change(b, "placement.rollout_gpus", b.placement.train_gpus)  # --colocate: one pool
     if b.placement.nodes != _cluster_nodes(b):
@@ -481,13 +498,14 @@ def import_script(text: str, path: Path | None = None, sources: dict[str, str] |
     command_lines = set(script.argv_lines) | {script.entry_line}
     for u in script.evaluated.unresolved if script.evaluated else []:
         if u.line in command_lines:  # a value that reaches the command; the rest never runs here
-            report.append(ReportItem("unresolved", "", u.line, [u.text], None, u.why))
+            report.append(ReportItem("unresolved", "", u.line, [u.text], None,
+                                     ref("import.report.unresolved", text=u.text, why=ref(f"import.why.{u.why}"))))
     return Imported(a, b, script.entry, unknown, script, {f: _line(script, f) for f in unknown},
                     shipped or "custom", report)
 
 
 def _script_wins(b: Experiment, script: LaunchScript, given: dict[str, list[str]],
-                 reasons: dict[str, str]) -> Experiment:
+                 reasons: dict[str, dict[str, Any]]) -> Experiment:
     """Flags no field holds go to extra_flags; flags the lab would add that the script does not pass
     go to unset_flags (the runtime's default applies)."""
     from lab.runtime_verdict import runtime_argv
@@ -501,7 +519,7 @@ def _script_wins(b: Experiment, script: LaunchScript, given: dict[str, list[str]
             continue
         owners = [p for p in fields_of_flag(flag) if p != EXTRA_FLAGS_PATH]
         if owners:  # a control owns it and could not take the script's value: listed, not doubled
-            reasons.setdefault(flag, f"{owners[0]} holds another value")
+            reasons.setdefault(flag, ref("import.report.held", field=owners[0]))
             continue
         if flag in rendered:
             unset.append(flag)  # the recipe's fixed value gives way to the script's
@@ -520,7 +538,8 @@ def model_args_of(exp: Experiment) -> list[str]:
     return experiment_model_args(exp, get_recipe(exp.model.recipe))
 
 
-def round_trip_report(b: Experiment, script: LaunchScript, reasons: dict[str, str] | None = None) -> list[ReportItem]:
+def round_trip_report(b: Experiment, script: LaunchScript,
+                      reasons: dict[str, dict[str, Any]] | None = None) -> list[ReportItem]:
     """Every flag/value pair of the script's train command the rendered command does not repeat,
     and every flag the rendered one adds, each with its reason."""
     from lab.runtime_verdict import runtime_argv
@@ -531,14 +550,15 @@ def round_trip_report(b: Experiment, script: LaunchScript, reasons: dict[str, st
     for flag, values in ours.items():
         if _same(theirs.get(flag), values):
             continue
-        why = REWRITTEN.get(flag, "")
-        out.append(ReportItem("normalised" if why else "differs", flag, _line(script, flag), values,
-                              theirs.get(flag), why or (reasons or {}).get(flag, "the rendered command passes another value")))
+        key = REWRITTEN.get(flag)
+        why = ref(key, flag=flag) if key else (reasons or {}).get(flag, ref("import.report.other"))
+        out.append(ReportItem("normalised" if key else "differs", flag, _line(script, flag), values,
+                              theirs.get(flag), why))
     for flag, values in theirs.items():
         if flag not in ours:
-            why = ALWAYS_WRITTEN.get(flag, "")
-            out.append(ReportItem("normalised" if why else "differs", flag, script.entry_line, None, values,
-                                  why or "the rendered command adds it"))
+            key = ALWAYS_WRITTEN.get(flag)
+            why = ref(key, flag=flag, value=" ".join(values)) if key else ref("import.report.added")
+            out.append(ReportItem("normalised" if key else "differs", flag, script.entry_line, None, values, why))
     return out
 
 

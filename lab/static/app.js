@@ -145,6 +145,21 @@ function showError(msg) {
 function hideError() { $("#error").hidden = true; }
 function setStatus(key) { const el = $("#status"); el.dataset.i18n = key; el.textContent = tr(key); }
 
+// The import report of the last launch script loaded: every difference between its train command
+// and the rendered one, with the reason the server gives (lab/import_script.py).
+function drawImportReport(items) {
+  const box = $("#import-report");
+  box.hidden = !items;
+  if (!items) return;
+  box.querySelector("summary").textContent = tr("import_report", { count: items.length });
+  const ul = box.querySelector("ul");
+  ul.replaceChildren(...items.map((it) => {
+    const li = document.createElement("li");
+    li.textContent = `${it.kind} · ${tr("import_report_line", { line: it.line })} · ${it.flag ? it.flag + ": " : ""}${it.why}`;
+    return li;
+  }));
+}
+
 function toast(msg) {
   let el = $("#toast");
   if (!el) {
@@ -450,6 +465,7 @@ function bindEvents() {
     }
     const ok = await send(action, prefix);
     if (ok) toast(tr("loaded_json"));
+    drawImportReport(ok && type === "import_script" ? ok.import_report : null);
   });
   document.addEventListener("click", async (ev) => {
     const btn = ev.target.closest("[data-apply-repair]");

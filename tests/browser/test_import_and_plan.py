@@ -43,4 +43,6 @@ def test_a_script_chosen_with_the_spec_it_sources_imports_as_that_custom_model(n
     assert "--num-layers 36" in spec_args and "--hidden-size 2560" in spec_args  # Qwen3-4B, not a recipe's model
     assert "--use-kl-loss" in page.locator('[data-field="advanced.unset_flags"]').input_value()  # commented out there
     assert page.locator("#restore-a").is_enabled()
+    report = page.locator("#import-report")  # the differences from the script's command, with reasons
+    assert report.is_visible() and "--train-backend megatron added" in report.locator("ul").text_content()
     assert_clean(page)

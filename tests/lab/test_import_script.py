@@ -174,8 +174,14 @@ def test_the_import_opens_as_b_against_the_nearest_recipe_and_the_ab_view_lists_
     assert r.status_code == 200
     view = r.json()
     assert view["workspace"]["a"]["model"]["recipe"] == "glm4-9b"
-    fields = {row["path"] if "path" in row else row.get("field") for row in view["ab_diff"]}
+    fields = {row["path"] for row in view["ab_diff"]}
     assert "placement.scheduling" in fields and "advanced.unset_flags" in fields
+    report = {item["flag"]: item for item in view["import_report"]}  # the import report, in the page's language
+    assert report["--train-backend"]["kind"] == "normalised" and "megatron" in report["--train-backend"]["why"]
+    zh = client.post("/api/workspace", json={"workspace": start, "lang": "zh",
+                                             "action": {"type": "import_script", "text": text}}).json()
+    assert "上游 slime" in {i["flag"]: i for i in zh["import_report"]}["--train-backend"]["why"]
+    assert "import_report" not in client.post("/api/workspace", json={"workspace": start, "action": {"type": "view"}}).json()
 
 
 # --- SFT and bad input ---------------------------------------------------------------------------
