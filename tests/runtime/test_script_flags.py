@@ -49,3 +49,15 @@ def test_attention_backend_flash_is_read_and_another_backend_is_refused_with_the
     errors = [e for e in validate(parse_args(base + ["--attention-backend", "fused"]), environment=False)
               if "attention-backend" in e]
     assert len(errors) == 1 and "torch SDPA" in errors[0]
+
+
+def test_the_dropout_a_launch_script_sets_reaches_the_transformer_config_and_softmax_stays_fp32():
+    from slime.backends.megatron.model_args import transformer_config_kwargs
+    from slime.model_spec import flags_from_argv
+
+    spec = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--swiglu",
+            "--normalization", "RMSNorm", "--vocab-size", "128"]
+    kw = transformer_config_kwargs(flags_from_argv(spec + ["--attention-dropout", "0.1", "--hidden-dropout", "0.05",
+                                                           "--attention-softmax-in-fp32"]))
+    assert kw["attention_dropout"] == 0.1 and kw["hidden_dropout"] == 0.05
+    assert kw["attention_softmax_in_fp32"] is True
