@@ -636,6 +636,9 @@ _R = declare("args", {
 # --attention-backend: attention runs through torch SDPA, which uses the flash kernels where the
 # GPU has them, so flash and auto are what it does and any other backend is refused.
 ATTENTION_BACKENDS = ("flash", "auto")
+# Fusion switches of the specs: the backend never fuses these kernels (model_args.py sets
+# masked_softmax_fusion and apply_rope_fusion False), so "no fusion" is what it does.
+MEGATRON_FLAGS.update({"--no-masked-softmax-fusion", "--no-rope-fusion"})
 _SF = declare("script_flags", {
     "attention_backend": "--attention-backend {value}: the Megatron backend of this build runs attention through "
                          "torch SDPA (flash kernels where the GPU has them); use flash or auto, or leave the flag out",

@@ -61,3 +61,14 @@ def test_the_dropout_a_launch_script_sets_reaches_the_transformer_config_and_sof
                                                            "--attention-softmax-in-fp32"]))
     assert kw["attention_dropout"] == 0.1 and kw["hidden_dropout"] == 0.05
     assert kw["attention_softmax_in_fp32"] is True
+
+
+def test_the_no_fusion_switches_of_a_spec_are_read_as_what_the_backend_does():
+    from slime.backends.megatron.model_args import transformer_config_kwargs
+    from slime.model_spec import flags_from_argv
+
+    cfg = parse_args(["--train-backend", "megatron", "--no-masked-softmax-fusion", "--no-rope-fusion"])
+    assert cfg.megatron["no_masked_softmax_fusion"] is True and cfg.megatron["no_rope_fusion"] is True
+    kw = transformer_config_kwargs(flags_from_argv(["--num-layers", "2", "--hidden-size", "64",
+                                                    "--num-attention-heads", "4", "--no-rope-fusion"]))
+    assert kw["masked_softmax_fusion"] is False and kw["apply_rope_fusion"] is False
