@@ -335,15 +335,6 @@ def _line(script: LaunchScript, flag: str) -> int:
     return script.entry_line
 
 
-def line_of(text: str, flag: str) -> int:
-    """The first script line that names `flag` (for messages); 1 when none does."""
-    pat = re.compile(rf"(?<![\w-]){re.escape(flag)}(?![\w-])")
-    for n, line in enumerate(text.splitlines(), 1):
-        if pat.search(line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""):
-            return n
-    return 1
-
-
 def _refuse_unsupported(script: LaunchScript, given: dict[str, list[str]]) -> None:
     loss = given.get("--loss-type")
     if loss and loss[0] == "sft_loss":
@@ -357,11 +348,6 @@ def _refuse_unsupported(script: LaunchScript, given: dict[str, list[str]]) -> No
                                         why=ref(f"import.why.{u.why}"))
 
 
-_PLACEMENT = {"--colocate", "--rollout-external-engine-addrs", "--rollout-num-gpus", "--actor-num-nodes",
-              "--actor-num-gpus-per-node", "--prefill-num-servers", "--eval-prompt-data",
-              "--sglang-disaggregation-ib-device"}
-
-
 def _int(script: LaunchScript, flag: str, values: list[str], path: str) -> int:
     try:
         return int(values[0])
@@ -370,7 +356,9 @@ def _int(script: LaunchScript, flag: str, values: list[str], path: str) -> int:
                                 path=path) from None
 
 
-def _field_changes(script: LaunchScript, given: dict[str, list[str]]) -> tuple[list[tuple[str, Any, str]], set[str]]:
+def _field_changes(script: LaunchScript, given: dict[str, list[str]]) -> list[tuple[str, Any, str]]:
+    """(field, value, the flag it comes from) for every field the script's flags set, and the
+    switches and optional values a recipe sets that the script leaves out (reset)."""
     changes: list[tuple[str, Any, str]] = []  # (path, value, flag)
     if script.entry == "train_async.py":
         changes.append(("placement.scheduling", "async", ""))
@@ -390,7 +378,6 @@ def _field_changes(script: LaunchScript, given: dict[str, list[str]]) -> tuple[l
     changes.append(("placement.train_gpus", nodes * per, "--actor-num-gpus-per-node"))
     if "--prefill-num-servers" in given:
         changes.append(("serving.pd.enabled", True, "--prefill-num-servers"))
-    consumed = set(_PLACEMENT) - {"--eval-prompt-data", "--sglang-disaggregation-ib-device"}
     reverse = {flag: path for path, flag in SIMPLE_FLAG.items()}
     for flag, values in given.items():
         path = reverse.get(flag) or _STRUCTURAL.get(flag)
@@ -403,18 +390,13 @@ def _field_changes(script: LaunchScript, given: dict[str, list[str]]) -> tuple[l
         except ValueError:
             raise ScriptImportError(_line(script, flag), "import.bad_value", flag=flag, values=" ".join(values),
                                     path=path) from None
-        consumed.add(flag)
     if "--eval-prompt-data" in given and len(given["--eval-prompt-data"]) >= 2:
         ev = given["--eval-prompt-data"]
         changes += [("evaluation.enabled", True, "--eval-prompt-data"), ("evaluation.name", ev[0], "--eval-prompt-data"),
                     ("evaluation.data_path", ev[1], "--eval-prompt-data")]
-        if "--eval-interval" not in given:
-            consumed.discard("--eval-interval")
-        consumed.add("--eval-prompt-data")
     if "--sglang-disaggregation-ib-device" in given:
         changes.append(("serving.pd.rdma_devices", ",".join(given["--sglang-disaggregation-ib-device"]).split(","),
                         "--sglang-disaggregation-ib-device"))
-        consumed.add("--sglang-disaggregation-ib-device")
     # Switches a recipe turns on that the script does not pass: off, so the command says what the
     # script said (the runtime's default).
     for p, flag in SIMPLE_FLAG.items():
@@ -437,7 +419,7 @@ def _field_changes(script: LaunchScript, given: dict[str, list[str]]) -> tuple[l
         flags = FIELD_FLAGS.get(p, ())
         if len(flags) == 1 and info.default is None and flags[0] not in given and p not in PRIVATE_FIELDS:
             changes.append((p, None, flags[0]))
-    return changes, consumed
+    return changes
 
 
 def _cluster_nodes(b: Experiment) -> int:
@@ -454,7 +436,7 @@ def import_script(text: str, path: Path | None = None, sources: dict[str, str] |
     script = read_script(text, path, sources)
     given = flag_values(script.argv)
     _refuse_unsupported(script, given)
-    changes, consumed = _field_changes(script, given)  # a value of the wrong type is named first
+    changes = _field_changes(script, given)  # a value of the wrong type is named first
     if not script.model_args:
         raise ScriptImportError(script.entry_line, "import.no_model")
     model_args = effective_model_args(script)
@@ -480,7 +462,6 @@ def import_script(text: str, path: Path | None = None, sources: dict[str, str] |
                 b, _ = apply_change(b, p, value)
             except ChangeError as exc:
                 if flag:
-                    consumed.discard(flag)
                     reasons[flag] = ref("import.report.field", field=p,
                                         reason=ref(exc.key, **exc.params) if exc.key else exc.message)
     if b.placement.ownership == "colocated" and b.placement.rollout_gpus != b.placement.train_gpus:
