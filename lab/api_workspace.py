@@ -8,6 +8,9 @@ Python rules, renderers and estimators, so the page holds no rule:
      "files", "ab_diff", "share_link", "last_change", "history_labels", "repairs", "provenance",
      "image", "folded", "diagrams", "placement_plan", "placement_lines"}
 
+An `import_script` answer adds `import_report`: every difference between the script's train command
+and the rendered one, [{kind, flag, line, script, rendered, why}] in the request's language.
+
 With `history` (the full lengths of the page's stacks) the request's workspace carries only the
 tops of its undo and redo stacks, and the answer's workspace only B and A, plus `history`: how
 each stack changed (lab/history_tail.py). The page sends this form; without `history` the whole
@@ -38,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,6 +93,8 @@ class Action(BaseModel):
     link: str | None = Field(None, description="open_share: the share link, its #s= fragment, or the bare token.")
     data: Any = Field(None, description="load_json: an experiment.json export or a choices object.")
     text: str | None = Field(None, description="load_json / import_script: the file's text, as read by the page.")
+    sources: dict[str, str] | None = Field(
+        None, description="import_script: the model specs chosen with the script, by file name, for the files it sources.")
     id: str | None = Field(None, description="apply_repair: the repair's id from `repairs`.")
 
 
@@ -160,9 +166,10 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         from lab.import_script import ScriptImportError, import_script
 
         try:
-            imported = import_script(action.text or "")
+            imported = import_script(action.text or "", sources=action.sources)
         except ScriptImportError as exc:  # names the line; the workspace stays as it was
             raise ChangeError("action.text", str(exc), exc.key, exc.params) from exc
+        _IMPORT_REPORT.set(imported.report)
         loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), msg("label.import_script"))
         return loaded.model_copy(update={"a": imported.a})  # B against the closest recipe as A
     if t == "apply_repair":
@@ -503,7 +510,12 @@ def respond(req: WorkspaceRequest) -> Any:
     return _answer(ws, req)
 
 
+# The import report of an import_script action (lab.import_script.ReportItem), for its answer only.
+_IMPORT_REPORT: ContextVar[list[Any] | None] = ContextVar("import_report", default=None)
+
+
 def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
+    _IMPORT_REPORT.set(None)
     try:
         new = _apply(ws, req.action)
     except ChangeError as exc:
@@ -513,6 +525,9 @@ def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
     before = ws if req.history is not None else None
     tops = history_tail.tops(new)
     answer, encoded = _view(new, tops, _last_change(req.action.type, ws, new), before)
+    report = _IMPORT_REPORT.get()
+    if report is not None:  # every difference between the script's train command and the rendered one
+        answer["import_report"] = [item.as_dict(req.lang) for item in report]
     return AnswerResponse(localized(answer, req.lang, tops), encoded)
 
 

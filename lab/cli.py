@@ -251,12 +251,12 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """Read a hand-written launch script (nothing is executed): B against the closest recipe as A."""
-    from lab.import_script import ScriptImportError, import_script
+    from lab.import_script import ScriptImportError, import_script, script_text
 
     path = Path(args.script)
     try:
-        result = import_script(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        result = import_script(script_text(path), path)
+    except OSError as exc:
         print(f"error: {path}: {exc}", file=sys.stderr)
         return 2
     except ScriptImportError as exc:
@@ -268,8 +268,13 @@ def cmd_import(args: argparse.Namespace) -> int:
     diff = [{"field": p, "a": get_path(a, p), "b": get_path(b, p)} for p in sorted(LEAF_FIELDS) if get_path(a, p) != get_path(b, p)]
     for flag in result.unknown:
         print(f"note: {path}:{result.lines[flag]}: {flag} has no control; kept in advanced.extra_flags", file=sys.stderr)
-    print(json.dumps({"a": result.a.model.recipe, "entry": result.entry, "unknown_flags": result.unknown,
-                      "differences": diff, "b": b}, indent=2, sort_keys=True))
+    for item in result.report:  # every difference between the script's command and the rendered one
+        what = item.flag or " ".join(item.script or [])
+        print(f"{item.kind}: {path}:{item.line}: {what}: {item.why}", file=sys.stderr)
+    print(json.dumps({"a": result.a.model.recipe, "model": result.model, "entry": result.entry,
+                      "unknown_flags": result.unknown, "unset_flags": list(result.b.advanced.unset_flags),
+                      "report": [item.as_dict() for item in result.report], "differences": diff, "b": b},
+                     indent=2, sort_keys=True))
     if args.out:
         from lab.render import render_all, write_files
 

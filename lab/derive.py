@@ -16,7 +16,7 @@ import math
 from pydantic import BaseModel, Field
 
 from lab.experiment import Experiment
-from lab.model_spec import ModelSpec, ModelSpecError, spec_for_recipe
+from lab.model_spec import ModelSpec, ModelSpecError, kind_of, spec_of
 from lab.recipes import Recipe, RecipeError, get_recipe
 
 ETP = 1
@@ -56,7 +56,7 @@ def recipe_and_spec(exp: Experiment) -> tuple[Recipe | None, ModelSpec | None]:
     except RecipeError:
         return None, None
     try:
-        return recipe, spec_for_recipe(recipe.name)
+        return recipe, spec_of(exp)
     except ModelSpecError:
         return recipe, None
 
@@ -78,7 +78,7 @@ def derive(exp: Experiment) -> Derived:
     dp = n // model_par if n % model_par == 0 else 0
     expert_par = ETP * r.ep * r.pp
     expert_dp: int | None = n // expert_par if n % expert_par == 0 else 0
-    if recipe is not None and recipe.kind != "moe":
+    if recipe is not None and kind_of(exp, recipe) != "moe":
         expert_dp = None  # no experts: the number would only confuse
 
     prefill = decode = 0
@@ -123,7 +123,7 @@ def derive(exp: Experiment) -> Derived:
         d.conversion_nodes = recipe.conversion.nodes
         d.conversion_gpus_per_node = recipe.conversion.gpus_per_node
         d.fp8_source = recipe.conversion.fp8_source
-        d.model_kind = recipe.kind
+        d.model_kind = kind_of(exp, recipe)
     if spec is not None:
         d.architecture = spec.summary()
         d.total_params_b = round(spec.total_params / 1e9, 2)

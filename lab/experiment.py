@@ -105,7 +105,13 @@ class Task(_Section):
 
 
 class ModelChoice(_Section):
+    _FLAG_WORDS: ClassVar[frozenset[str]] = frozenset({"spec_args"})
+
     recipe: str = field("glm4-9b", description="Recipe name in recipes/ (the model).", flags=("--train-backend", "--rollout-backend"))
+    spec_args: str = field(
+        "", description="A custom model's architecture (MODEL_ARGS as shell words), carried by an imported launch script "
+                        "whose model spec matches none the lab ships; empty: the recipe's spec.",
+        lab_only="the model's MODEL_ARGS, written into the run's model spec file; the recipe's spec when empty")
 
 
 class Install(_Section):
@@ -230,7 +236,12 @@ class Evaluation(_Section):
 
 
 class Advanced(_Section):
-    _FLAG_WORDS: ClassVar[frozenset[str]] = frozenset({"extra_flags"})
+    _FLAG_WORDS: ClassVar[frozenset[str]] = frozenset({"extra_flags", "unset_flags"})
+
+    unset_flags: list[str] = field(
+        default_factory=list, lab_only="flags left out of the command, so the runtime's default applies",
+        description="Flags the lab's command leaves out so the runtime's default applies: set by an imported launch "
+                    "script that does not pass them.")
 
     extra_flags: str = private(
         "", flags=("--*",),

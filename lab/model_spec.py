@@ -23,6 +23,37 @@ from slime.model_spec import (  # noqa: F401
 )
 
 
+def custom_spec(spec_args: str) -> ModelSpec:
+    """A custom model's spec from its MODEL_ARGS words (model.spec_args), read by the runtime's reader."""
+    import shlex
+
+    from slime.model_spec import flags_from_argv, spec_from_flags
+
+    try:
+        words = shlex.split(spec_args)
+    except ValueError as exc:
+        raise ModelSpecError(f"model.spec_args: {exc}") from None
+    return spec_from_flags(flags_from_argv(words), name="custom")
+
+
+def spec_of(exp: Any) -> ModelSpec:
+    """The experiment's model: its custom spec (an imported script's) or its recipe's."""
+    if exp.model.spec_args:
+        return custom_spec(exp.model.spec_args)
+    return spec_for_recipe(exp.model.recipe)
+
+
+def kind_of(data: Any, recipe: Any) -> str:
+    """dense / moe / hybrid of an experiment (model dump or Experiment) on `recipe`."""
+    spec_args = data["model"].get("spec_args") if isinstance(data, dict) else data.model.spec_args
+    if spec_args:
+        try:
+            return custom_spec(spec_args).kind
+        except ModelSpecError:
+            return recipe.kind
+    return recipe.kind
+
+
 def spec_for_recipe(recipe_name: str) -> ModelSpec:
     from lab.recipes import get_recipe
 

@@ -29,10 +29,12 @@ from lab.derive import ETP, Derived, derive  # noqa: F401  (re-exported: rules.d
 from lab.experiment import EXTRA_FLAGS_PATH, LEAF_FIELDS, Experiment, get_path, iter_field_paths, set_path
 from lab.findings import Finding
 from lab.messages import Text, pydantic_text, render, text
-from lab.model_spec import ModelSpecError, spec_for_recipe
+from lab.model_spec import ModelSpecError, kind_of, spec_of
 from lab.recipes import Recipe, RecipeError, all_recipes, get_recipe
 
 _FIELD_INFO = dict(iter_field_paths())
+# Fields whose value is itself runtime flags: they may begin with `-`.
+FLAG_WORD_FIELDS = frozenset({EXTRA_FLAGS_PATH, "advanced.unset_flags", "model.spec_args"})
 
 
 class ChangeError(ValueError):
@@ -105,7 +107,7 @@ def check_text(path: str, value: Any) -> None:
     from lab.text_rule import check_text as rule
 
     try:
-        rule(value, allow_dash=path == EXTRA_FLAGS_PATH)
+        rule(value, allow_dash=path in FLAG_WORD_FIELDS)
     except TextRuleError as exc:
         raise ChangeError(path, key=exc.key, params=exc.params) from None
 
@@ -156,7 +158,7 @@ def _train_unit(data: dict[str, Any], recipe: Recipe | None) -> int:
     """Smallest training pool that the parallel layout tiles: lcm(TP·PP·CP, EP·PP) for MoE."""
     r = data["resources"]
     unit = r["tp"] * r["pp"] * r["cp"]
-    if recipe is not None and recipe.kind == "moe":
+    if recipe is not None and kind_of(data, recipe) == "moe":
         unit = _lcm(unit, ETP * r["ep"] * r["pp"])
     return unit
 
@@ -354,7 +356,7 @@ def validate(exp: Experiment, d: Derived | None = None) -> list[Finding]:
     except RecipeError as exc:
         return [Finding.of("LAB-MODEL-1", "error", ["model.recipe"], error=str(exc), models=", ".join(all_recipes()))]
     try:
-        spec = spec_for_recipe(recipe.name)
+        spec = spec_of(exp)
     except ModelSpecError as exc:
         from lab.runtime_verdict import runtime_text
         from slime.refusals import message_of

@@ -48,6 +48,13 @@ def model_args(recipe: Recipe) -> list[str]:
     return list(_model_args(str(path), mtime))
 
 
+def experiment_model_args(exp: Experiment, recipe: Recipe) -> list[str]:
+    """MODEL_ARGS of the experiment: its custom spec's words (model.spec_args), else its recipe's spec."""
+    if exp.model.spec_args:
+        return shlex.split(exp.model.spec_args)
+    return model_args(recipe)
+
+
 def _values(exp: Experiment, recipe: Recipe) -> tuple[dict[str, str], dict[str, list[str]]]:
     scalars, arrays = ctx.shell_variables(exp, recipe)
     values = {name: str(v) for name, v, _ in scalars}
@@ -61,7 +68,7 @@ def runtime_argv(exp: Experiment, recipe: Recipe | None = None) -> list[str]:
     """The argument list experiment.sh gives train.py / train_async.py: MODEL_ARGS, then TRAIN_ARGS."""
     recipe = recipe or get_recipe(exp.model.recipe)
     values, lists = _values(exp, recipe)
-    argv: list[str] = list(model_args(recipe)) if recipe.backends.train == "megatron" else []
+    argv: list[str] = list(experiment_model_args(exp, recipe)) if recipe.backends.train == "megatron" else []
     for group in ctx.train_flag_groups(exp, recipe, exp.placement.train_gpus):
         for line in group.lines:
             for tok in line:
@@ -72,6 +79,8 @@ def runtime_argv(exp: Experiment, recipe: Recipe | None = None) -> list[str]:
                         argv.append(values.get(tok.name, "") + tok.suffix)
                 else:
                     argv.append(str(tok))
+    if exp.paths.load:  # experiment.sh appends it from LOAD_DIR after the array
+        argv += ["--load", exp.paths.load]
     return argv
 
 

@@ -285,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--micro-batch-size", type=int, default=1)
     _bool(g, "--use-dynamic-batch-size", "pack micro-batches up to --max-tokens-per-gpu")
     g.add_argument("--max-tokens-per-gpu", type=int, default=None)
+    # --- issue 28 (launch-script import): flags real slime scripts carry (script_flag_errors below) --
+    _bool(g, "--balance-data", "split each step over the data-parallel ranks with equal sample counts and "
+                               "near-equal token totals (longest first), instead of consecutive slices")
+    # --- end issue 28 ------------------------------------------------------------------------------
     g.add_argument("--lr", type=float, default=1e-6)
     g.add_argument("--weight-decay", type=float, default=0.0)
     g.add_argument("--adam-beta1", type=float, default=0.9)
@@ -447,7 +451,7 @@ def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mod
             ns.calculate_per_token_loss, ns.normalize_advantages, ns.kl_coef, ns.rollout_max_response_len,
             ns.use_sc, ns.gamma, ns.lambd, ns.value_clip),
         batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
-                          ns.use_dynamic_batch_size, ns.max_tokens_per_gpu),
+                          ns.use_dynamic_batch_size, ns.max_tokens_per_gpu, ns.balance_data),
         sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
                         ns.update_weight_buffer_size, ns.update_weights_interval,
                         ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None,
@@ -623,6 +627,32 @@ _R = declare("args", {
 })
 
 
+# --- issue 28 (launch-script import): how the Megatron flags real launch scripts carry are read ---
+# --accumulate-allreduce-grads-in-fp32 and --attention-softmax-in-fp32: what the Megatron backend
+# always does (grad_reduce_in_fp32, softmax in fp32); --attention-dropout / --hidden-dropout: read
+# by slime/backends/megatron/model_args.py; --expert-tensor-parallel-size: parallel_kwargs;
+# --global-batch-size: samples per optimizer step (steps_per_rollout); --eval-max-response-len /
+# --eval-top-p: the evaluation's sampling; --balance-data: slime/data/train_data.rank_shard.
+# --attention-backend: attention runs through torch SDPA, which uses the flash kernels where the
+# GPU has them, so flash and auto are what it does and any other backend is refused.
+ATTENTION_BACKENDS = ("flash", "auto")
+# Fusion switches of the specs: the backend never fuses these kernels (model_args.py sets
+# masked_softmax_fusion and apply_rope_fusion False), so "no fusion" is what it does.
+MEGATRON_FLAGS.update({"--no-masked-softmax-fusion", "--no-rope-fusion"})
+_SF = declare("script_flags", {
+    "attention_backend": "--attention-backend {value}: the Megatron backend of this build runs attention through "
+                         "torch SDPA (flash kernels where the GPU has them); use flash or auto, or leave the flag out",
+})
+
+
+def script_flag_errors(cfg: Config) -> list[str]:
+    value = cfg.megatron.get("attention_backend")
+    if value is not None and str(value) not in ATTENTION_BACKENDS:
+        return [_SF("attention_backend", value=value)]
+    return []
+# --- end issue 28 ----------------------------------------------------------------------------------
+
+
 def validate(cfg: Config, environment: bool = True) -> list[str]:
     """Every problem found, each naming its flags. Pure: reads files' existence, allocates nothing.
 
@@ -638,7 +668,7 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     def is_dir(path: str) -> bool:
         return not environment or Path(path).is_dir()
 
-    e: list[str] = []
+    e: list[str] = script_flag_errors(cfg)  # issue 28
     r, b = cfg.rollout, cfg.batch
     if cfg.run.num_rollout is None and cfg.run.num_epoch is None:
         e.append(_R("run_length"))

@@ -196,6 +196,7 @@ class BatchConfig:
     micro_batch_size: int = 1
     use_dynamic_batch_size: bool = False
     max_tokens_per_gpu: int | None = None
+    balance_data: bool = False  # --balance-data: DP shards of a step with equal counts and near-equal tokens
 
 
 @dataclass

@@ -75,6 +75,7 @@ def build_context(exp: Experiment, findings: list[Any], derived: Any, prov: dict
         "ray_nodes": max(getattr(derived, "ray_nodes", exp.placement.nodes), 1),
         "sglang_dp_ep": ctx.sglang_parallel(recipe, exp.placement.engine_gpus),
         "eagle": ctx.eagle_settings(exp, recipe),
+        "custom_model_lines": ctx.custom_model_lines(exp),
     }
 
 

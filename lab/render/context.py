@@ -13,6 +13,7 @@ from functools import lru_cache
 from typing import Any
 
 from lab.experiment import SIMPLE_FLAG, Experiment, get_path
+from lab.model_spec import kind_of
 from lab.recipes import REPO_ROOT, Recipe
 from lab.render.env import Var
 
@@ -375,7 +376,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
         g.add("--pipeline-model-parallel-size", r.pp)
         g.add("--context-parallel-size", r.cp)
         g.add("--expert-model-parallel-size", r.ep)
-        if recipe.kind == "moe":
+        if kind_of(exp, recipe) == "moe":
             g.add("--expert-tensor-parallel-size", 1)
         if r.tp > 1:
             g.add("--sequence-parallel")
@@ -425,12 +426,27 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
                 g.lines.append(line)
         if g.lines:
             groups.append(g)
+    unset = set(exp.advanced.unset_flags)
+    if unset:  # an imported script did not pass these: the runtime's default applies
+        for group in groups:
+            group.lines = [line for line in group.lines if line[0] not in unset]
+        groups = [group for group in groups if group.lines]
     extra = extra_flag_tokens(exp)
     if extra:
         g = FlagGroup("Additional runtime flags (advanced.extra_flags)")
         g.lines.extend(_split_flag_lines(extra))
         groups.append(g)
     return groups
+
+
+def custom_model_lines(exp: Experiment) -> list[list[Any]]:
+    """model.spec_args as the flag lines of the MODEL_ARGS array experiment.sh writes (empty: the recipe's spec)."""
+    import shlex
+
+    try:
+        return _split_flag_lines(shlex.split(exp.model.spec_args)) if exp.model.spec_args else []
+    except ValueError:
+        return []
 
 
 def extra_flag_tokens(exp: Experiment) -> list[str]:

@@ -145,6 +145,21 @@ function showError(msg) {
 function hideError() { $("#error").hidden = true; }
 function setStatus(key) { const el = $("#status"); el.dataset.i18n = key; el.textContent = tr(key); }
 
+// The import report of the last launch script loaded: every difference between its train command
+// and the rendered one, with the reason the server gives (lab/import_script.py).
+function drawImportReport(items) {
+  const box = $("#import-report");
+  box.hidden = !items;
+  if (!items) return;
+  box.querySelector("summary").textContent = tr("import_report", { count: items.length });
+  const ul = box.querySelector("ul");
+  ul.replaceChildren(...items.map((it) => {
+    const li = document.createElement("li");
+    li.textContent = `${it.kind} · ${tr("import_report_line", { line: it.line })} · ${it.flag ? it.flag + ": " : ""}${it.why}`;
+    return li;
+  }));
+}
+
 function toast(msg) {
   let el = $("#toast");
   if (!el) {
@@ -427,19 +442,30 @@ function bindEvents() {
   $("#copy-share-ab").addEventListener("click", () => copy(state.view?.share_link_ab));
   $("#load-json").addEventListener("change", async (ev) => {
     const input = ev.target;
-    const file = input.files[0];
+    const files = [...input.files];
     input.value = "";
-    if (!file) return;
-    const prefix = tr("load_failed", { name: file.name }) + " ";
+    if (!files.length) return;
+    const size = files.reduce((n, f) => n + f.size, 0);
     const max = Number(input.dataset.maxBytes || 0);
-    if (max && file.size > max) { // refused before reading: B and its history stay as they are
-      showError(prefix + tr("load_too_large", { size: file.size, max }));
+    if (max && size > max) { // refused before reading: B and its history stay as they are
+      showError(tr("load_failed", { name: files[0].name }) + " " + tr("load_too_large", { size, max }));
       setStatus("status_error");
       return;
     }
+    // A launch script may come with the model specs it sources (chosen together): the one that
+    // runs train.py is the script, the others are sent by name for its `source` lines.
+    const texts = await Promise.all(files.map((f) => f.text()));
+    const main = Math.max(0, texts.findIndex((t) => /train(_async)?\.py/.test(t)));
+    const file = files[main];
+    const prefix = tr("load_failed", { name: file.name }) + " ";
     const type = file.name.endsWith(".sh") ? "import_script" : "load_json"; // a launch script opens as B vs its recipe as A
-    const ok = await send({ type, text: await file.text() }, prefix);
+    const action = { type, text: texts[main] };
+    if (type === "import_script" && files.length > 1) {
+      action.sources = Object.fromEntries(files.map((f, i) => [f.name, texts[i]]).filter((_, i) => i !== main));
+    }
+    const ok = await send(action, prefix);
     if (ok) toast(tr("loaded_json"));
+    drawImportReport(ok && type === "import_script" ? ok.import_report : null);
   });
   document.addEventListener("click", async (ev) => {
     const btn = ev.target.closest("[data-apply-repair]");

@@ -63,9 +63,28 @@ def split_steps(records: list[TrainRecord], num_steps: int) -> list[list[TrainRe
     return [records[i * size:(i + 1) * size] for i in range(num_steps)]
 
 
-def rank_shard(step: list[TrainRecord], rank: int, world_size: int) -> list[TrainRecord]:
+def rank_shard(step: list[TrainRecord], rank: int, world_size: int, balance: bool = False) -> list[TrainRecord]:
+    """This data-parallel rank's share of a step: consecutive slices, or with `balance`
+    (--balance-data) equal counts whose token totals are as even as a greedy split makes them."""
     size = len(step) // world_size
-    return step[rank * size:(rank + 1) * size]
+    if not balance or world_size == 1:
+        return step[rank * size:(rank + 1) * size]
+    return [step[i] for i in balanced_partition([len(r.tokens) for r in step], world_size)[rank]]
+
+
+def balanced_partition(lengths: list[int], parts: int) -> list[list[int]]:
+    """Indices split into `parts` groups of len(lengths) // parts each (a remainder is left out, as
+    the plain split leaves it), longest first into the group with the fewest tokens that has room.
+    Deterministic: ties go to the lower group and the lower index, so every rank computes the same
+    split without talking to the others."""
+    size = len(lengths) // parts
+    groups: list[list[int]] = [[] for _ in range(parts)]
+    totals = [0] * parts
+    for i in sorted(range(size * parts), key=lambda i: (-lengths[i], i)):
+        g = min((k for k in range(parts) if len(groups[k]) < size), key=lambda k: (totals[k], k))
+        groups[g].append(i)
+        totals[g] += lengths[i]
+    return [sorted(g) for g in groups]
 
 
 def micro_batches(shard: list[TrainRecord], micro_batch_size: int,

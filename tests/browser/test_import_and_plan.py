@@ -32,3 +32,17 @@ def test_a_script_it_cannot_read_names_the_line_and_changes_nothing(new_page):
     assert page.evaluate("localStorage.getItem('slime-lab.workspace')") == before
     page.lab.errors.clear()  # the 422 is logged by Chromium as a failed resource load
     assert_clean(page)
+
+
+def test_a_script_chosen_with_the_spec_it_sources_imports_as_that_custom_model(new_page):
+    page = new_page()
+    corpus = SCRIPTS / "corpus"
+    act(page, lambda: page.set_input_files("#load-json", [str(corpus / "models" / "qwen3-4B.sh"),
+                                                          str(corpus / "run-10-qwen3-4B.sh")]))
+    spec_args = page.locator('[data-field="model.spec_args"]').input_value()
+    assert "--num-layers 36" in spec_args and "--hidden-size 2560" in spec_args  # Qwen3-4B, not a recipe's model
+    assert "--use-kl-loss" in page.locator('[data-field="advanced.unset_flags"]').input_value()  # commented out there
+    assert page.locator("#restore-a").is_enabled()
+    report = page.locator("#import-report")  # the differences from the script's command, with reasons
+    assert report.is_visible() and "--train-backend megatron added" in report.locator("ul").text_content()
+    assert_clean(page)

@@ -184,3 +184,14 @@ def test_lab_rendered_yaml_translates(tmp_path):
     specs = plan_engines(load_server_groups(y), {}, rollout_gpus=8)
     assert [s.worker_type for s in specs] == ["prefill", "decode"]
     assert "--enable-hierarchical-cache" in to_argv(specs[0].fields)
+
+
+def test_cuda_graph_batch_sizes_pass_through_as_one_list_flag():
+    """`--sglang-cuda-graph-bs 1 2 4 $(seq 8 8 32)` in a launch script: every size after one flag."""
+    from slime.args import parse_args
+
+    cfg = parse_args(["--sglang-cuda-graph-bs", "1", "2", "4", "8", "16", "24", "32"])
+    (spec,) = plan_engines(default_groups(2, 2, None), cfg.sglang)
+    argv = _launch(spec)
+    at = argv.index("--cuda-graph-bs")
+    assert argv[at + 1:at + 8] == ["1", "2", "4", "8", "16", "24", "32"] and argv.count("--cuda-graph-bs") == 1

@@ -119,7 +119,7 @@ class EmbeddedCritic:
         sums: dict[str, float] = {}
         steps = split_steps(records, num_steps)
         for step in steps:
-            shard = rank_shard(step, self.rank, self.world_size)
+            shard = rank_shard(step, self.rank, self.world_size, self.batch_cfg.balance_data)
             denom = step_denominator([r.response_mask for r in step], self.agg_cfg.agg, self.agg_cfg.max_response_len)
             mbs = micro_batches(shard, self.batch_cfg.micro_batch_size, cap)
             self.optimizer.zero_grad(set_to_none=True)

@@ -117,7 +117,7 @@ class EmbeddedTrainer:
         cap = self.batch_cfg.max_tokens_per_gpu if self.batch_cfg.use_dynamic_batch_size else None
         plan = []
         for step in split_steps(records, num_steps):
-            shard = rank_shard(step, self.rank, self.world_size)
+            shard = rank_shard(step, self.rank, self.world_size, self.batch_cfg.balance_data)
             denom = step_denominator([r.response_mask for r in step], self.fn_cfg.agg, self.fn_cfg.max_response_len)
             plan.append((micro_batches(shard, self.batch_cfg.micro_batch_size, cap), denom))
         # The PPO "old" policy is the one that existed before this rollout's first update.

@@ -350,7 +350,7 @@ class MegatronTrainer:
         # before the first update, shard by shard with the packs training will use, so at the
         # first micro-batch the ratio is exactly 1.
         steps = split_steps(records, num_steps)
-        plan = [rank_shard(step, self.dp_rank, self.dp_size) for step in steps]
+        plan = [rank_shard(step, self.dp_rank, self.dp_size, self.batch_cfg.balance_data) for step in steps]
         # The loss of a step is its share of the step's whole-batch aggregate (slime/training/loss.py).
         denoms = [step_denominator([r.response_mask for r in step], self.fn_cfg.agg, self.fn_cfg.max_response_len)
                   for step in steps]

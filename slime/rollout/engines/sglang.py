@@ -32,6 +32,7 @@ from slime.refusals import declare
 from slime.rollout.engines.sglang_flags import (
     DISAGGREGATION_TRANSFER_BACKENDS,
     FLAGS,
+    LIST,
     RESERVED,
     SGLANG_VERSION,
     SWITCH,
@@ -273,6 +274,9 @@ def to_argv(fields: dict[str, Any]) -> list[str]:
                 argv.append(flag(k))
             continue
         if v is None or v is False:
+            continue
+        if FLAGS[k] == LIST:  # --cuda-graph-bs 1 2 4 8 16 …: one flag, every value after it
+            argv += [flag(k), *(str(x) for x in (v if isinstance(v, (list, tuple)) else str(v).split()))]
             continue
         argv += [flag(k), str(v)]
     return argv

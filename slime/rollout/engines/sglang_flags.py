@@ -18,7 +18,7 @@ from __future__ import annotations
 SGLANG_VERSION = "0.5.15.post1"
 SGLANG_ROUTER_VERSION = "0.3.2"
 
-SWITCH, VALUE = "switch", "value"  # store_true flag / flag with one value
+SWITCH, VALUE, LIST = "switch", "value", "list"  # store_true flag / flag with one value / with several (nargs="+")
 
 # ServerArgs field -> kind. Grouped as server_args.py groups them.
 FLAGS: dict[str, str] = {
@@ -32,7 +32,7 @@ FLAGS: dict[str, str] = {
     # memory and scheduling
     "mem_fraction_static": VALUE, "max_running_requests": VALUE, "max_total_tokens": VALUE,
     "chunked_prefill_size": VALUE, "max_prefill_tokens": VALUE, "schedule_policy": VALUE,
-    "schedule_conservativeness": VALUE, "page_size": VALUE, "cuda_graph_max_bs": VALUE,
+    "schedule_conservativeness": VALUE, "page_size": VALUE, "cuda_graph_max_bs": VALUE, "cuda_graph_bs": LIST,
     "disable_cuda_graph": SWITCH, "disable_radix_cache": SWITCH, "enable_memory_saver": SWITCH,
     "enable_weights_cpu_backup": SWITCH, "enable_draft_weights_cpu_backup": SWITCH,
     "attention_backend": VALUE, "sampling_backend": VALUE, "random_seed": VALUE,
