@@ -40,21 +40,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest
-from slime.refusals import declare
 
 PD_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 MODES = ("prefill", "decode")
 
-_R = declare("pd", {
-    "mode": "disaggregation_mode {mode!r}: the embedded engine serves null, prefill or decode",
-    "backend": "disaggregation_transfer_backend {backend!r}: the embedded engine moves KV with mooncake only",
-    "model": "{model_type}: prefill/decode disaggregation needs the engine's KV-cache fast path "
-             "(llama, qwen2, qwen3 without sliding window); serve this model without PD",
-})
-
-
 class PDError(ValueError):
     """An engine that cannot serve the PD role it was given (refused at start)."""
+
+
 
 
 def _expand_rooms(value: Any, rows: int, name: str) -> list[Any]:
@@ -84,12 +77,13 @@ class PDRole:
                  ib_device: str = "", timeout_s: float = 300.0):
         from slime.backends.embedded.decoder import SlotDecoder
 
+        # the flag checks (slime/backends/embedded/capabilities.py) refuse these before start
         if mode not in MODES:
-            raise PDError(_R("mode", mode=mode))
+            raise PDError(f"disaggregation_mode {mode!r}: the embedded engine serves null, prefill or decode")
         if backend != "mooncake":
-            raise PDError(_R("backend", backend=backend))
+            raise PDError(f"disaggregation_transfer_backend {backend!r}: the embedded engine moves KV with mooncake")
         if not isinstance(core.batcher.decoder, SlotDecoder):
-            raise PDError(_R("model", model_type=core.model.config.model_type))
+            raise PDError(f"{core.model.config.model_type}: PD needs the engine's KV-cache fast path")
         from slime.sync.mooncake import Endpoint
 
         self.core, self.mode, self.host, self.timeout_s = core, mode, host, timeout_s
