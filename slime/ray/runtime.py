@@ -93,7 +93,8 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
 
         problems.extend(check_external_engines(cfg.cluster.external_engine_addrs, cfg.model.hf_checkpoint,
                                                default_transport(cfg.sync, cfg.cluster.colocate)))
-    if not problems and cfg.cluster.rollout_backend == "sglang" and not cfg.cluster.external:
+    c = cfg.cluster
+    if not problems and not c.external and (c.rollout_backend == "sglang" or c.sglang_config or c.prefill_num_servers):
         from slime.rollout.engines.sglang import TranslationError
 
         try:

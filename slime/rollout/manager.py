@@ -314,7 +314,8 @@ class RolloutManager:
         row. Either way a request the router retries on another engine samples the same."""
         groups = list(range(0, len(samples), n))
         limit = max(1, self.rollout.server_concurrency // n)
-        workers = max(1, sum(w["is_healthy"] for w in self.router.list_workers()))
+        # engines that generate: a PD pair counts once (its decode engine), as a regular engine does
+        workers = max(1, sum(w["is_healthy"] for w in self.router.list_workers() if w.get("worker_type") != "prefill"))
         chunks = [list(r)[c:c + limit] for r in split_evenly(len(groups), workers)
                   for c in range(0, len(r), limit)]
 
