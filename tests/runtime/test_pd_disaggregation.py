@@ -204,9 +204,14 @@ def test_runtime_serves_pd_from_sglang_yaml_a_killed_prefill_engine_loses_no_sam
         rt.train(rt.build_records(samples))
         rt.sync_weights()
         assert {h.client.model_info()["weight_version"] for h in rt.engines} == {str(rt.version)}
+        rt.monitor.stop()  # its /health_generate probes run one-token prefills of their own
+        decode = rt.engines[1].client
+        before = decode.server_info()["kv_transfer"]
         samples, _ = rt.generate(2)
         assert len(samples) == 16 and {s.weight_version for s in samples} == {str(rt.version)}
+        after = decode.server_info()["kv_transfer"]
+        assert after["prefill_forward_tokens"] == before["prefill_forward_tokens"]  # no prompt recomputed
+        assert after["bytes_received"] > before["bytes_received"]
         assert new.client.server_info()["kv_transfer"]["bytes_sent"] > 0
-        assert rt.engines[1].client.server_info()["kv_transfer"]["prefill_forward_tokens"] == 0
     finally:
         rt.shutdown()
