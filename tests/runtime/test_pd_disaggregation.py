@@ -129,6 +129,38 @@ def test_a_regular_engine_still_refuses_the_bootstrap_fields(engines):
     assert r.status_code == 400 and "disaggregation" in r.text
 
 
+def test_kv_computed_on_other_weights_is_refused_by_the_decode_engine_with_a_retryable_error(engines, tiny):
+    """The prefill engine moved to weight version 1, the decode engine still serves 0: the decode
+    engine answers 503 naming both versions (the rollout manager retries a 5xx behind a PD router);
+    once both serve version 1 the same request succeeds."""
+    import threading
+
+    pre, dec = engines["prefill"], engines["decode"]
+    body = {"input_ids": [2, 8, 11, 6, 3], "sampling_params": {"max_new_tokens": 3, "sampling_seed": 1},
+            "bootstrap_host": "127.0.0.1", "bootstrap_port": pre.pd.bootstrap_port}
+
+    def pair(room: int) -> tuple[httpx.Response, httpx.Response]:
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.update(p=httpx.post(pre.url + "/generate", timeout=120,
+                                                                    json={**body, "bootstrap_room": room})))
+        t.start()
+        d = httpx.post(dec.url + "/generate", json={**body, "bootstrap_room": room}, timeout=120)
+        t.join()
+        return out["p"], d
+
+    old = dec.core.weight_version
+    new = str(int(old) + 1)
+    assert httpx.post(pre.url + "/update_weights_from_disk", timeout=120,
+                      json={"model_path": str(tiny["model"]), "weight_version": new}).json()["success"]
+    p, d = pair(101)
+    assert p.status_code == 200 and d.status_code == 503, d.text
+    assert f"weight version {new}" in d.text and f"serves {old}" in d.text
+    assert httpx.post(dec.url + "/update_weights_from_disk", timeout=120,
+                      json={"model_path": str(tiny["model"]), "weight_version": new}).json()["success"]
+    p, d = pair(102)
+    assert d.status_code == 200 and d.json()["meta_info"]["weight_version"] == new
+
+
 def test_embedded_pd_flags_are_checked_before_start(tiny, tmp_path):
     from slime.args import parse_args, validate
 
