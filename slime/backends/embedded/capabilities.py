@@ -133,8 +133,8 @@ def _pd_group_errors(cfg) -> list[str]:
 
         try:
             groups = load_server_groups(c.sglang_config, cfg.model.hf_checkpoint)
-        except TranslationError:  # unreadable or malformed: the translation check names it
-            return e
+        except TranslationError:  # unreadable, malformed or not written yet: the translation check names it
+            groups = []
         if any(g.worker_type == "regular" for g in groups):
             return [_R("engine_groups")]
         e += [_R("engine_group_size", worker_type=g.worker_type, size=g.num_gpus_per_engine)
