@@ -129,6 +129,26 @@ def test_a_regular_engine_still_refuses_the_bootstrap_fields(engines):
     assert r.status_code == 400 and "disaggregation" in r.text
 
 
+def test_a_failed_mooncake_write_fails_both_sides_with_a_retryable_error_and_is_counted(engines):
+    """A pull naming a receiver no transfer engine listens on: the prefill engine's write fails, the
+    pull and the prefill request answer 503 (not a hang until the timeout), the failure is counted."""
+    import threading
+
+    pre = engines["prefill"]
+    before = _info(pre.url)["kv_transfer"]["failures"]
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(p=httpx.post(pre.url + "/generate", timeout=120, json={
+        "input_ids": [2, 8, 11], "sampling_params": {"max_new_tokens": 2}, "bootstrap_host": "127.0.0.1",
+        "bootstrap_port": pre.pd.bootstrap_port, "bootstrap_room": 77})))
+    t.start()
+    r = httpx.post(f"http://127.0.0.1:{pre.pd.bootstrap_port}/kv/pull", timeout=120,
+                   json={"room": 77, "session_id": "127.0.0.1:1", "ptr": 4096, "nbytes": 1 << 20})
+    t.join()
+    assert r.status_code == 503 and "Mooncake write" in r.text, r.text
+    assert out["p"].status_code == 503 and "room 77" in out["p"].text
+    assert _info(pre.url)["kv_transfer"]["failures"] == before + 1
+
+
 def test_kv_computed_on_other_weights_is_refused_by_the_decode_engine_with_a_retryable_error(engines, tiny):
     """The prefill engine moved to weight version 1, the decode engine still serves 0: the decode
     engine answers 503 naming both versions (the rollout manager retries a 5xx behind a PD router);
