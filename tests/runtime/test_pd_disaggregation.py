@@ -119,8 +119,11 @@ def test_rollout_through_the_pd_router_equals_the_non_pd_run_and_moves_the_kv_ov
     assert moved["prefill"]["prefill_forward_tokens"] == sum(len(s.prompt_tokens) for s in groups.values())
     assert moved["decode"]["prefill_forward_tokens"] == 0  # it continued from the transferred cache
     assert after["decode"]["protocol"] == "tcp" and after["decode"]["failures"] == 0
-    print(f"PD rollout: {len(pd_run)} samples equal to the non-PD run; KV moved over Mooncake: {expected} bytes "
-          f"in {len(groups)} transfers; decode prefill forward tokens: 0")
+    worst = max(abs(a - b) for sid, s in pd_run.items() for a, b in zip(s.rollout_log_probs, plain[sid].rollout_log_probs))
+    print(f"[pd] {len(pd_run)} samples, {sum(len(s.response_tokens) for s in pd_run.values())} tokens equal to the "
+          f"non-PD run, log-prob max |diff| {worst:.3g}; KV over Mooncake ({after['decode']['protocol']}): {expected} "
+          f"bytes in {len(groups)} transfers; prefill forward tokens: prefill engine "
+          f"{moved['prefill']['prefill_forward_tokens']}, decode engine {moved['decode']['prefill_forward_tokens']}")
 
 
 def test_a_regular_engine_still_refuses_the_bootstrap_fields(engines):
