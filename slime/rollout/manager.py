@@ -356,6 +356,7 @@ class RolloutManager:
             return [Sample.from_dict(d) for d in payload["samples"]], {**payload["metrics"], "rollout/from_queue": 1.0}
         t0 = time.monotonic()
         r = self.rollout
+        pd_retries = self.pd_retries
         self.positions[rollout_id] = self.source.position
         self.buffers[rollout_id] = [[s.to_dict() for s in g] for g in self.buffer]
         seed_of = lambda s: _seed(r.seed, rollout_id, s.prompt_id)  # noqa: E731
@@ -384,6 +385,8 @@ class RolloutManager:
         metrics = {**rollout_metrics(samples, metrics), **extra, "perf/rollout_time": t1 - t0,
                    "perf/reward_time": time.monotonic() - t1,
                    "perf/rollout_tokens_per_s": tokens / max(t1 - t0, 1e-9)}
+        if self.pd:  # PD requests sent again after a 5xx (_send): an engine of a pair failed mid-request
+            metrics["rollout/pd_retries"] = float(self.pd_retries - pd_retries)
         if r.rm_type == "deepscaler" and not r.custom_rm_path and metrics.get("rollout/no_think_block_ratio", 0) > 0:
             print(f"[slime] warning: rollout {rollout_id}: {metrics['rollout/no_think_block_ratio']:.0%} of responses "
                   f"have no </think>; deepscaler scores them 0 (use --rm-type math for non-reasoning models)",

@@ -227,8 +227,8 @@ def test_runtime_serves_pd_from_sglang_yaml_a_killed_prefill_engine_loses_no_sam
         admin = RouterAdmin(rt.router_url)
         kinds = {w["url"]: w["worker_type"] for w in admin.list_workers()}
         assert sorted(kinds.values()) == ["decode", "prefill"] and kinds[rt.engines[0].url] == "prefill"
-        samples, _ = rt.generate(0)
-        assert len(samples) == 16 and all(s.response_tokens for s in samples)
+        samples, metrics = rt.generate(0)
+        assert len(samples) == 16 and all(s.response_tokens for s in samples) and metrics["rollout/pd_retries"] == 0
         assert {s.weight_version for s in samples} == {str(rt.version)}
         rt.train(rt.build_records(samples))
         rt.sync_weights()  # one version on both groups
@@ -245,7 +245,8 @@ def test_runtime_serves_pd_from_sglang_yaml_a_killed_prefill_engine_loses_no_sam
             assert time.monotonic() < deadline, "the prefill engine never received a request"
             time.sleep(0.01)
         ray.kill(victim.actor)
-        samples, _ = ray.get(fut)
+        samples, metrics = ray.get(fut)
+        assert metrics["rollout/pd_retries"] >= 1  # the manager sent the failed requests again
         ids = Counter((s.prompt_id, s.group_index) for s in samples)
         assert len(samples) == 16 and len(ids) == 4 and set(ids.values()) == {4}
         assert all(s.response_tokens and s.status.value != "aborted" for s in samples)
