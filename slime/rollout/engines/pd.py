@@ -44,10 +44,9 @@ from slime.backends.embedded.engine_core import EngineCore, EngineError, Generat
 PD_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 MODES = ("prefill", "decode")
 
+
 class PDError(ValueError):
     """An engine that cannot serve the PD role it was given (refused at start)."""
-
-
 
 
 def _expand_rooms(value: Any, rows: int, name: str) -> list[Any]:
