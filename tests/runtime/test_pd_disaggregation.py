@@ -203,6 +203,19 @@ def test_embedded_pd_flags_are_checked_before_start(tiny, tmp_path):
     assert any("disaggregation_transfer_backend nixl" in e for e in errors), errors
     errors = check("regular.yaml")
     assert any("regular server groups need --rollout-backend sglang" in e for e in errors), errors
+    (tmp_path / "wide.yaml").write_text(PD_YAML.replace("{worker_type: prefill, num_gpus: 1}",
+                                                        "{worker_type: prefill, num_gpus: 2, num_gpus_per_engine: 2}"))
+    errors = check("wide.yaml")
+    assert any("prefill group has num_gpus_per_engine 2" in e for e in errors), errors
+    import json
+    import shutil
+
+    other = tmp_path / "gpt2"
+    shutil.copytree(tiny["model"], other)
+    cfg = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**cfg, "model_type": "gpt2"}))
+    errors = check("pd.yaml", "--hf-checkpoint", str(other))
+    assert any("model_type gpt2" in e and "without PD" in e for e in errors), errors
 
 
 # -- Ray: the runtime launches the PD pair and the router -------------------------------------------
