@@ -251,11 +251,12 @@ class SGLangRouterActor:
     same endpoints as RouterActor for the runtime, and it stops when the actor is killed."""
 
     def __init__(self, policy: str, health_interval_s: float, health_timeout_s: float, log_path: str | None = None,
-                 worker_urls: list[str] | None = None):
+                 worker_urls: list[str] | None = None, prefill: list[tuple[str, int | None]] | None = None,
+                 decode: list[str] | None = None):
         from slime.rollout.router import SGLangRouterProcess
 
         self.proc = SGLangRouterProcess(ray.util.get_node_ip_address(), None, policy, health_interval_s,
-                                        health_timeout_s, log_path, worker_urls)
+                                        health_timeout_s, log_path, worker_urls, prefill, decode)
         self.url = self.proc.start()
 
     def get_url(self) -> str:

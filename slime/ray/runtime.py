@@ -93,7 +93,8 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
 
         problems.extend(check_external_engines(cfg.cluster.external_engine_addrs, cfg.model.hf_checkpoint,
                                                default_transport(cfg.sync, cfg.cluster.colocate)))
-    if not problems and cfg.cluster.rollout_backend == "sglang" and not cfg.cluster.external:
+    c = cfg.cluster
+    if not problems and not c.external and (c.rollout_backend == "sglang" or c.sglang_config or c.prefill_num_servers):
         from slime.rollout.engines.sglang import TranslationError
 
         try:
@@ -122,6 +123,15 @@ def engine_specs(cfg: Config):
     groups = [g for g in groups if g.update_weights] or groups  # the policy's engines
     return plan_engines(groups, cfg.sglang, server_concurrency=cfg.rollout.server_concurrency,
                         rollout_gpus=c.num_rollout_units)
+
+
+def embedded_pd_specs(cfg: Config) -> list:
+    """--rollout-backend embedded with prefill/decode groups (--sglang-config / --prefill-num-servers):
+    each engine's spec (its worker_type and disaggregation fields); [] without PD."""
+    c = cfg.cluster
+    if c.rollout_backend != "embedded" or c.external or not (c.sglang_config or c.prefill_num_servers):
+        return []
+    return engine_specs(cfg)
 
 
 def total_rollouts(cfg: Config) -> int:
@@ -154,6 +164,7 @@ class Runtime:
     rollout_pool: Any = None
     monitor: Any = None
     specs: list = field(default_factory=list)  # SGLang engine specs (rollout backend sglang)
+    pd_specs: list = field(default_factory=list)  # embedded engines' prefill/decode groups (embedded_pd_specs)
     train_pending: bool = False  # trained weights not yet synced: a restarted engine waits for the sync
     engines_released: bool = False  # colocated: engines gave their GPU memory to the trainer
     trainer_offloaded: bool = False  # --offload-train: the trainer's GPU state is in host memory
@@ -202,6 +213,7 @@ class Runtime:
                  [p.pg for p in {id(p.pg): p for p in (train_pool, rollout_pool)}.values() if p.pg is not None],
                  router, "", rollout_pool, None, engine_specs(cfg) if sglang else [])
         rt.critics = critics
+        rt.pd_specs = embedded_pd_specs(cfg)
         if router is not None:
             rt.router_url = ray.get(router.get_url.remote())
         if c.external:
@@ -224,15 +236,18 @@ class Runtime:
         rt.sync_weights()  # engines start from --hf-checkpoint; the trainer may hold other weights
         if c.use_sglang_router:  # health probes as often as our monitor's (it restarts; the router avoids)
             log = os.path.join(cfg.log.output_dir, "sglang-router.log") if cfg.log.output_dir else None
-            regular = [h.url for j, h in enumerate(rt.engines) if not rt.specs or rt.specs[j].worker_type == "regular"]
+            workers = [(h.url, *rt._worker(j)) for j, h in enumerate(rt.engines)]
+            regular = [u for u, kind, _ in workers if kind == "regular"]
+            prefill = [(u, port) for u, kind, port in workers if kind == "prefill"]
+            decode = [u for u, kind, _ in workers if kind == "decode"]
             rt.router = SGLangRouterActor.remote(c.router_policy, cfg.fault.health_check_interval,
-                                                 cfg.fault.health_check_timeout, log, regular)
+                                                 cfg.fault.health_check_timeout, log, regular, prefill, decode)
             rt.router_url = ray.get(rt.router.get_url.remote())
         admin = RouterAdmin(rt.router_url)
         listed = {w["url"].rstrip("/") for w in admin.list_workers()}
         for j, h in enumerate(rt.engines):
             if h.url.rstrip("/") not in listed:
-                admin.add_worker(h.url, rt.specs[j].worker_type if rt.specs else "regular")
+                admin.add_worker(h.url, *rt._worker(j))
         admin.wait_workers([h.url for h in rt.engines], timeout=600.0)  # sglang-router registers in background
         rt.manager = RolloutManagerActor.options(max_concurrency=2).remote(
             cfg.data, cfg.rollout, cfg.eval, cfg.model.hf_checkpoint, rt.router_url, state.get("data_position"),
@@ -254,6 +269,15 @@ class Runtime:
         return producer_actor_options(self.cfg.cluster, self.rollout_pool, n, len(self.engines)) if n >= 2 else None
 
     # -- engines ----------------------------------------------------------------------------------
+    def _worker(self, j: int) -> tuple[str, int | None]:
+        """Engine j's worker type for the router and, for a prefill engine, its bootstrap port."""
+        spec = (self.specs or self.pd_specs or [None] * (j + 1))[j]
+        if spec is None or spec.worker_type != "prefill":
+            return (spec.worker_type if spec is not None else "regular"), None
+        if self.specs:  # SGLang binds the port it was given
+            return "prefill", int(spec.fields["disaggregation_bootstrap_port"])
+        return "prefill", int(self.engines[j].client.server_info()["disaggregation_bootstrap_port"])
+
     def _start_engine(self, j: int, wait: bool = True):
         """Engine j in its bundle(s) of the rollout pool: an embedded engine, or SGLang (# UNTESTED on GPU)."""
         import ray
@@ -264,8 +288,13 @@ class Runtime:
         cfg, c = self.cfg, self.cfg.cluster
         seed = cfg.rollout.seed + j
         if not self.specs:
+            args = cfg.sglang
+            if self.pd_specs:  # its group's role (slime/rollout/engines/pd.py)
+                f = self.pd_specs[j].fields
+                args = {**args, **{k: f[k] for k in ("disaggregation_mode", "disaggregation_transfer_backend",
+                                                     "disaggregation_ib_device") if k in f}}
             actor = EngineActor.options(**self.rollout_pool.options(j)).remote(cfg.model.hf_checkpoint, seed, 1,
-                                                                               cfg.sglang)
+                                                                               args)
             h = EngineHandle(ray.get(actor.get_url.remote()), actor)
         else:  # UNTESTED on GPU
             from slime.ray.placement import engine_bundles
@@ -311,7 +340,7 @@ class Runtime:
                 self.unregistered.add(j)  # weights are mid-update: it joins with the next sync
                 return
             self.sync.sync_one(new)
-            admin.add_worker(new.url, self.specs[j].worker_type if self.specs else "regular")
+            admin.add_worker(new.url, *self._worker(j))
             admin.wait_workers([new.url], timeout=600.0)
 
     # -- the phases train.py calls ---------------------------------------------------------------
@@ -461,7 +490,7 @@ class Runtime:
             if self.unregistered:
                 admin = RouterAdmin(self.router_url)
                 for j in sorted(self.unregistered):
-                    admin.add_worker(self.engines[j].url, self.specs[j].worker_type if self.specs else "regular")
+                    admin.add_worker(self.engines[j].url, *self._worker(j))
                 admin.wait_workers([self.engines[j].url for j in self.unregistered], timeout=600.0)
                 self.unregistered.clear()
         if c.offload_train and not self.trainer_offloaded:

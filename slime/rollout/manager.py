@@ -22,6 +22,8 @@ from slime.rollout.producers import sample_id
 from slime.rollout.rewards import RewardScorer
 from slime.rollout.router import split_evenly
 
+PD_RETRY_S = 300.0  # how long a PD request is retried (see RolloutManager._send)
+
 
 @dataclass
 class GenerateContext:
@@ -119,6 +121,8 @@ class RolloutManager:
         # Otherwise (sglang-router) one sampling_params per request (_run_engines). A router that
         # refuses the list (422) switches this off for the rest of the run.
         self.batched = batched
+        self.pd = False  # PD router in front (wait_engines): 5xx answers are retried (_send)
+        self.pd_retries = 0
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
         # straw + fully async: producer actors generate the groups (one options dict each: placement);
         # started first, so that their processes come up while this one loads the tokenizer and data
@@ -232,6 +236,7 @@ class RolloutManager:
         while time.monotonic() < deadline:
             ws = self.router.list_workers()
             if ws and all(w["is_healthy"] for w in ws):
+                self.pd = any(w.get("worker_type") == "prefill" for w in ws)
                 return [w["url"] for w in ws]
             time.sleep(0.2)
         raise TimeoutError(f"no healthy engines behind the router {self.client.url} after {timeout} s")
@@ -252,6 +257,24 @@ class RolloutManager:
     def _samples_for(self, batch: list[tuple[int, PromptRecord]], n: int) -> list[Sample]:
         return [Sample(rec.prompt_id, g, rec.prompt, list(rec.prompt_tokens), rec.label, dict(rec.metadata), epoch)
                 for g, (epoch, rec) in enumerate(batch) for _ in range(n)]
+
+    def _send(self, fn):
+        """fn() (one generate request). Behind a PD router a 5xx answer (a prefill engine died
+        mid-request, a KV transfer failed or met other weights: slime/rollout/engines/pd.py) is sent
+        again for up to PD_RETRY_S seconds, while the fault monitor replaces the engine; the seeds
+        make the retried request sample what the first would have, so no sample is lost or changed."""
+        deadline = time.monotonic() + PD_RETRY_S
+        delay = 0.5
+        while True:
+            try:
+                return fn()
+            except EngineRequestError as e:
+                if not getattr(self, "pd", False) or e.status < 500 or time.monotonic() + delay > deadline:
+                    raise
+                self.pd_retries += 1
+                print(f"[slime] PD request failed ({e}); sending it again in {delay:g} s", flush=True)
+                time.sleep(delay)
+                delay = min(delay * 2, 8.0)
 
     def _list_refused(self, e: EngineRequestError) -> bool:
         """A router that takes one sampling_params dict per request (sglang-router 0.3.x answers
@@ -291,7 +314,8 @@ class RolloutManager:
         row. Either way a request the router retries on another engine samples the same."""
         groups = list(range(0, len(samples), n))
         limit = max(1, self.rollout.server_concurrency // n)
-        workers = max(1, sum(w["is_healthy"] for w in self.router.list_workers()))
+        # engines that generate: a PD pair counts once (its decode engine), as a regular engine does
+        workers = max(1, sum(w["is_healthy"] for w in self.router.list_workers() if w.get("worker_type") != "prefill"))
         chunks = [list(r)[c:c + limit] for r in split_evenly(len(groups), workers)
                   for c in range(0, len(r), limit)]
 
@@ -301,12 +325,13 @@ class RolloutManager:
             outs = None
             if self.batched:
                 try:
-                    outs = self.client.generate(prompts, [sampling_params(sp, n, seed_of(s)) for s in firsts])
+                    outs = self._send(lambda: self.client.generate(
+                        prompts, [sampling_params(sp, n, seed_of(s)) for s in firsts]))
                 except EngineRequestError as e:
                     if not self._list_refused(e):
                         raise
             if outs is None:
-                outs = self.client.generate(prompts, sampling_params(sp, n, seed_of(firsts[0])))
+                outs = self._send(lambda: self.client.generate(prompts, sampling_params(sp, n, seed_of(firsts[0]))))
             if len(outs) != len(chunk) * n:
                 raise RuntimeError(f"router returned {len(outs)} outputs for {len(chunk) * n} samples")
             for k, i in enumerate(chunk):
@@ -331,6 +356,7 @@ class RolloutManager:
             return [Sample.from_dict(d) for d in payload["samples"]], {**payload["metrics"], "rollout/from_queue": 1.0}
         t0 = time.monotonic()
         r = self.rollout
+        pd_retries = self.pd_retries
         self.positions[rollout_id] = self.source.position
         self.buffers[rollout_id] = [[s.to_dict() for s in g] for g in self.buffer]
         seed_of = lambda s: _seed(r.seed, rollout_id, s.prompt_id)  # noqa: E731
@@ -359,6 +385,8 @@ class RolloutManager:
         metrics = {**rollout_metrics(samples, metrics), **extra, "perf/rollout_time": t1 - t0,
                    "perf/reward_time": time.monotonic() - t1,
                    "perf/rollout_tokens_per_s": tokens / max(t1 - t0, 1e-9)}
+        if self.pd:  # PD requests sent again after a 5xx (_send): an engine of a pair failed mid-request
+            metrics["rollout/pd_retries"] = float(self.pd_retries - pd_retries)
         if r.rm_type == "deepscaler" and not r.custom_rm_path and metrics.get("rollout/no_think_block_ratio", 0) > 0:
             print(f"[slime] warning: rollout {rollout_id}: {metrics['rollout/no_think_block_ratio']:.0%} of responses "
                   f"have no </think>; deepscaler scores them 0 (use --rm-type math for non-reasoning models)",

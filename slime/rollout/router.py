@@ -17,7 +17,8 @@ it died) is marked unhealthy and the request is sent again to another engine, wa
 not lost. HTTP error answers are the engine's verdict and pass through unchanged.
 
 With `--use-sglang-router` the runtime launches sglang-router (0.3.2 tested) in its place
-(SGLangRouterProcess in a Ray actor); PD pairs need it: this router serves regular workers only.
+(SGLangRouterProcess in a Ray actor); PD pairs need it (its PD mode, launched from the prefill and
+decode groups): this router serves regular workers only.
 """
 
 from __future__ import annotations
@@ -227,10 +228,12 @@ class RouterServer(ThreadedServer):
 
 def sglang_router_argv(host: str, port: int, policy: str = "cache_aware", worker_urls: list[str] | None = None,
                        health_interval_s: float = 10.0, health_timeout_s: float = 5.0,
-                       python: str | None = None) -> list[str]:
+                       python: str | None = None, prefill: list[tuple[str, int | None]] | None = None,
+                       decode: list[str] | None = None) -> list[str]:
     """`python -m sglang_router.launch_router` with slime's settings (sglang-router 0.3.x): no
     circuit breaker, a 14,400 s request timeout, balance thresholds 10 / 1.2, health probes of
-    GET /health. PD pairs are not launched here (the engines slime starts on CPU serve no PD)."""
+    GET /health. With prefill/decode workers, PD mode: `--pd-disaggregation --prefill URL
+    BOOTSTRAP_PORT ... --decode URL ...` (the router pairs them and adds the bootstrap fields)."""
     import sys
 
     from slime.rollout.http_thread import free_port
@@ -244,7 +247,13 @@ def sglang_router_argv(host: str, port: int, policy: str = "cache_aware", worker
            "--worker-startup-timeout-secs", "600", "--log-level", "warn",
            # its metrics exporter binds a fixed port (29000) by default: two routers on a host collide
            "--prometheus-host", host, "--prometheus-port", str(free_port(host))]
-    if worker_urls:
+    if prefill or decode:
+        cmd.append("--pd-disaggregation")
+        for url, bootstrap in prefill or []:
+            cmd += ["--prefill", url, *([str(bootstrap)] if bootstrap is not None else [])]
+        for url in decode or []:
+            cmd += ["--decode", url]
+    elif worker_urls:
         cmd += ["--worker-urls", *worker_urls]
     return cmd
 
@@ -255,11 +264,13 @@ class SGLangRouterProcess:
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, policy: str = "cache_aware",
                  health_interval_s: float = 10.0, health_timeout_s: float = 5.0, log_path: str | None = None,
-                 worker_urls: list[str] | None = None):
+                 worker_urls: list[str] | None = None, prefill: list[tuple[str, int | None]] | None = None,
+                 decode: list[str] | None = None):
         from slime.rollout.http_thread import free_port
 
         self.host, self.port = host, port or free_port(host)
-        self.cmd = sglang_router_argv(self.host, self.port, policy, worker_urls, health_interval_s, health_timeout_s)
+        self.cmd = sglang_router_argv(self.host, self.port, policy, worker_urls, health_interval_s, health_timeout_s,
+                                      prefill=prefill, decode=decode)
         self.log_path = log_path
         self.proc = None
 

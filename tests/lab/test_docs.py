@@ -40,6 +40,10 @@ FOREIGN_FLAGS = {
     "--num-gpus": "tools/tiny/run_local.sh",
     "--address": "tools/tiny/run_local.sh",
     "--runtime-env-json": "tools/tiny/run_local.sh",
+    # sglang-router's PD mode, as slime/rollout/router.py launches it
+    "--pd-disaggregation": "slime/rollout/router.py",
+    "--prefill": "slime/rollout/router.py",
+    "--decode": "slime/rollout/router.py",
 }
 
 # Pages whose flags are checked, and whether SGLang's own launch flags (--tp-size, ...) are allowed.

@@ -44,6 +44,10 @@ class _Row:
     result: RowResult = field(default_factory=RowResult)
     slot: int = -1
     pos: int = 0  # the position the next decode step writes (= tokens in the cache)
+    # prefill/decode disaggregation (kv_transfer.py): a decode row starts from a transferred
+    # (KV, last logits) instead of a prefill; a prefill row ends after its prefill, exporting them.
+    kv_in: tuple | None = None
+    export: bool = False
 
 
 @dataclass
@@ -72,11 +76,14 @@ class ContinuousBatcher:
         self._slots = 0
         self._thread: threading.Thread | None = None
         self.steps = 0  # decode steps run (tests and benchmarks read it)
+        self.prefilled_tokens = 0  # prompt tokens run through a prefill forward (PD tests read it)
 
     # -- requests ------------------------------------------------------------------------------
     def run(self, prompts: list[list[int]], params: list[RowParams],
-            should_abort: Callable[[int], bool] = lambda i: False) -> list[RowResult]:
-        """Blocks until every row has finished; rows decode alongside other callers' rows."""
+            should_abort: Callable[[int], bool] = lambda i: False, kv_in: list[tuple] | None = None,
+            export: bool = False) -> list[RowResult]:
+        """Blocks until every row has finished; rows decode alongside other callers' rows.
+        kv_in: per row, a transferred (KV, last logits) to start from; export: prefill only."""
         if not prompts:
             return []
         batch = _Batch(left=len(prompts))
@@ -87,7 +94,8 @@ class ContinuousBatcher:
                 seed = rp.seed if rp.seed is not None else int(
                     torch.randint(0, 2 ** 62, (1,), generator=self.generator))
                 stops = frozenset(rp.stop_token_ids) | (frozenset() if rp.ignore_eos else frozenset(self.eos_ids))
-                rows.append(_Row(list(p), rp, seed & (2 ** 64 - 1), stops, (lambda i=i: should_abort(i)), batch))
+                rows.append(_Row(list(p), rp, seed & (2 ** 64 - 1), stops, (lambda i=i: should_abort(i)), batch,
+                                 kv_in=kv_in[i] if kv_in else None, export=export))
             for r in rows:
                 if r.params.max_new_tokens <= 0:
                     self._finish(r, "length")
@@ -176,8 +184,12 @@ class ContinuousBatcher:
             r.slot = self._take_slot()
             r.pos = len(r.prompt)
         self.decoder.ensure(self._slots, max(r.pos for r in rows) + 1)
+        loaded = [r for r in rows if r.kv_in is not None]
+        fresh = [r for r in rows if r.kv_in is None]
+        if loaded:
+            self._seat_loaded(loaded)
         chunk: list[_Row] = []
-        for r in rows:  # prefill in chunks of at most prefill_tokens (padded) tokens
+        for r in fresh:  # prefill in chunks of at most prefill_tokens (padded) tokens
             width = max([len(c.prompt) for c in chunk] + [len(r.prompt)])
             if chunk and width * (len(chunk) + 1) > self.prefill_tokens:
                 self._prefill(chunk)
@@ -189,6 +201,31 @@ class ContinuousBatcher:
     def _prefill(self, rows: list[_Row]) -> None:
         slots = [r.slot for r in rows]
         logits = self.decoder.prefill(slots, [r.prompt for r in rows])
+        self.prefilled_tokens += sum(len(r.prompt) for r in rows)
+        if any(r.export for r in rows):
+            with self._cv:
+                for j, r in enumerate(rows):
+                    if r.export:
+                        r.result.kv = (self.decoder.read_kv(r.slot, len(r.prompt)).cpu(), logits[j].cpu())
+                        self._release(r)
+                        self._finish(r, "length")
+            keep = [j for j, r in enumerate(rows) if not r.export]
+            if not keep:
+                return
+            rows, slots, logits = [rows[j] for j in keep], [slots[j] for j in keep], logits[keep]
+        self._start(rows, slots, logits)
+
+    def _seat_loaded(self, rows: list[_Row]) -> None:
+        """Decode rows whose prompt KV came from a prefill engine: no forward over the prompt."""
+        for r in rows:
+            self.decoder.write_kv(r.slot, r.kv_in[0])
+        logits = torch.stack([r.kv_in[1] for r in rows]).to(self.decoder.device)
+        for r in rows:
+            r.kv_in = None  # the slot holds it now
+        self._start(rows, [r.slot for r in rows], logits)
+
+    def _start(self, rows: list[_Row], slots: list[int], logits: torch.Tensor) -> None:
+        """Sample each row's first token from its prompt's last logits; the rows start decoding."""
         tok, lp = self._sample(logits, rows)
         self.decoder.seat(slots, tok)
         host = torch.stack([tok.double(), lp.double()]).cpu().numpy()

@@ -23,7 +23,16 @@ _R = declare("embedded", {
     "engine_offload": "--offload / --offload-rollout without --colocate: an embedded engine on its own pool keeps its "
                       "weights between rollouts (with --colocate engines release memory while training); drop the "
                       "flag, or use --rollout-backend sglang",
-    "engine_groups": "--sglang-config / --prefill-num-servers: server groups and PD need --rollout-backend sglang",
+    "engine_groups": "--sglang-config: regular server groups need --rollout-backend sglang; the embedded engine "
+                     "serves one regular group (--rollout-num-gpus) or PD groups (prefill + decode)",
+    "engine_pd_router": "--sglang-config / --prefill-num-servers: prefill/decode groups need --use-sglang-router "
+                        "(slime's own router serves regular workers only)",
+    "engine_group_size": "--sglang-config: a {worker_type} group has num_gpus_per_engine {size}; an embedded engine "
+                         "serves one unshardable model copy: use 1",
+    "engine_pd_backend": "disaggregation_transfer_backend {backend}: embedded PD engines move the KV cache with "
+                         "mooncake only; drop the setting or use mooncake",
+    "engine_pd_model": "{path}: model_type {model_type}: embedded PD engines seat the transferred KV cache in their "
+                       "fast-path cache (llama, qwen2, qwen3 without sliding window); serve this model without PD",
     "engine_size": "--rollout-num-gpus-per-engine {size}: an embedded engine serves one unshardable model copy; use 1",
     "engine_parallel": "{flag} {value}: the embedded engine has no model parallelism",
     "engine_semantic": "{flag}: not supported by the embedded engine (it would change what is sampled); "
@@ -99,7 +108,7 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
         if not c.colocate and c.offload_rollout:
             e.append(_R("engine_offload"))
         if c.sglang_config or c.prefill_num_servers:
-            e.append(_R("engine_groups"))
+            e.extend(_pd_group_errors(cfg))
         if c.rollout_num_gpus_per_engine != 1:
             e.append(_R("engine_size", size=c.rollout_num_gpus_per_engine))
         for k in _SGLANG_PARALLEL:
@@ -109,6 +118,43 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
         for k in _SGLANG_SEMANTIC:
             if k in cfg.sglang:
                 e.append(_R("engine_semantic", flag=f"--sglang-{k.replace('_', '-')}"))
+    return e
+
+
+PD_MODEL_TYPES = ("llama", "qwen2", "qwen3")  # slime/backends/embedded/decoder.py's fast path (_SUPPORTED)
+
+
+def _pd_group_errors(cfg) -> list[str]:
+    """Embedded engines take server groups for PD only (slime/rollout/engines/pd.py), behind sglang-router."""
+    c = cfg.cluster
+    e: list[str] = []
+    if c.sglang_config:
+        from slime.rollout.engines.sglang import TranslationError, load_server_groups
+
+        try:
+            groups = load_server_groups(c.sglang_config, cfg.model.hf_checkpoint)
+        except TranslationError:  # unreadable, malformed or not written yet: the translation check names it
+            groups = []
+        if any(g.worker_type == "regular" for g in groups):
+            return [_R("engine_groups")]
+        e += [_R("engine_group_size", worker_type=g.worker_type, size=g.num_gpus_per_engine)
+              for g in groups if g.num_gpus_per_engine != 1]
+    else:
+        groups = []
+    for g in groups:
+        backend = g.overrides.get("disaggregation_transfer_backend")
+        if backend not in (None, "mooncake"):
+            e.append(_R("engine_pd_backend", backend=backend))
+    backend = cfg.sglang.get("disaggregation_transfer_backend")
+    if backend not in (None, "mooncake"):
+        e.append(_R("engine_pd_backend", backend=backend))
+    path = Path(cfg.model.hf_checkpoint or "") / "config.json"
+    if cfg.model.hf_checkpoint and path.exists():
+        hf = json.loads(path.read_text())
+        if hf.get("model_type") not in PD_MODEL_TYPES or hf.get("use_sliding_window"):
+            e.append(_R("engine_pd_model", path=str(path), model_type=hf.get("model_type")))
+    if not c.use_sglang_router:
+        e.append(_R("engine_pd_router"))
     return e
 
 
@@ -137,6 +183,8 @@ def ignored_sglang_flags(cfg) -> list[str]:
     if cfg.cluster.rollout_backend != "embedded":
         return []
     flagged = set(_SGLANG_PARALLEL) | set(_SGLANG_SEMANTIC)
+    if cfg.cluster.sglang_config or cfg.cluster.prefill_num_servers:  # PD engines read these (engines/pd.py)
+        flagged |= {"disaggregation_transfer_backend", "disaggregation_ib_device"}
     return [f"--sglang-{k.replace('_', '-')}" for k in cfg.sglang if k not in flagged]
 
 

@@ -150,6 +150,23 @@ class SlotDecoder:
         self.pos[slots] = lens
         return logits
 
+    # -- prefill/decode disaggregation (slime/backends/embedded/kv_transfer.py) ------------------
+    def read_kv(self, slot: int, length: int) -> torch.Tensor:
+        """A prefilled slot's keys and values, [layers, 2, kv_heads, length, head_dim] (what a
+        prefill engine hands to a decode engine)."""
+        return torch.stack([torch.stack((k[slot, :, :length], v[slot, :, :length])) for k, v in zip(self.k, self.v)])
+
+    def write_kv(self, slot: int, kv: torch.Tensor) -> None:
+        """Seat a prompt's transferred keys and values in a slot instead of prefilling it: the
+        next decode step writes position `length`, as after prefill()."""
+        length = kv.shape[-2]
+        kv = kv.to(device=self.device, dtype=self.dtype)
+        for i in range(len(self.k)):
+            self.k[i][slot, :, :length] = kv[i, 0]
+            self.v[i][slot, :, :length] = kv[i, 1]
+        self.tok[slot] = 0
+        self.pos[slot] = length
+
     def _decode(self, n: int, length: int) -> torch.Tensor:
         """One token for slots [0, n), attending over positions [0, length); reads self.tok/pos."""
         m = self.model.model

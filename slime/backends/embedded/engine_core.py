@@ -38,6 +38,12 @@ class GenerateRequest:
     params: list[RowParams]
     rids: list[str]
     return_logprob: bool = True
+    # prefill/decode disaggregation (kv_transfer.py): per row, a transferred (KV, last logits) to
+    # decode from; or export=True: prefill only, each row's (KV, last logits) left in `exported`.
+    kv_in: list[tuple] | None = None
+    export: bool = False
+    exported: list[tuple] | None = None
+    kv_version: str | None = None  # the weight version kv_in was computed with
 
 
 class _RequestGate:
@@ -127,12 +133,17 @@ class EngineCore:
             try:
                 if self.released:
                     raise EngineError("engine memory is released; POST /resume_memory_occupation first", 503)
+                if req.kv_in is not None and req.kv_version != self.weight_version:
+                    raise EngineError(f"the prompt's KV cache was computed with weight version {req.kv_version} and "
+                                      f"this decode engine serves {self.weight_version}; retry the request", 503)
 
                 def abort(i: int) -> bool:
                     return self._abort_epoch != epoch or req.rids[i] in self._abort_rids
 
-                rows = self.batcher.run(req.input_ids, req.params, abort)
+                rows = self.batcher.run(req.input_ids, req.params, abort, req.kv_in, req.export)
                 version = self.weight_version
+                if req.export:
+                    req.exported = [row.kv for row in rows]
             finally:
                 self._gate.leave()
         finally:

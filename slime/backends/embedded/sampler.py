@@ -38,6 +38,7 @@ class RowResult:
     logprobs: list[float] = field(default_factory=list)
     finish_type: str = "length"  # "stop" | "length" | "abort"
     matched: int | None = None
+    kv: tuple | None = None  # prefill role: (the prompt's KV, its last logits); see kv_transfer.py
 
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)

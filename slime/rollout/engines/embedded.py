@@ -26,9 +26,11 @@ Streaming (`"stream": true`): server-sent events as SGLang sends them, `data: <j
 closing `data: [DONE]`. The engine core generates a request whole, so each output arrives as one
 frame holding everything (SGLang's frames are cumulative too; it just sends more of them); a batch
 or `n > 1` stream tags each frame with its `index`.
-Disaggregation: the engine serves whole requests only (`disaggregation_mode` "null" in
-/server_info). A request carrying prefill/decode bootstrap fields (what a router in PD mode adds)
-is refused with 400, so a PD router fails loudly instead of having both engines generate it all.
+Disaggregation: with `disaggregation_mode` prefill or decode (server_args) the engine serves that
+role of SGLang's bootstrap protocol, moving the prompt's KV cache over Mooncake
+(slime/rollout/engines/pd.py). A regular engine (`disaggregation_mode` "null") refuses a request
+carrying the bootstrap fields with 400, so a PD router in front of it fails loudly instead of
+having both engines generate it all.
 Seeds: a batch that shares one `sampling_params` (what goes through sglang-router) offsets its
 `sampling_seed` per row and per sample (seed + row * n + k), so its rows differ and repeat.
 Load: `GET /get_load` answers SGLang's per-DP-rank list (what sglang-router polls for its
@@ -149,7 +151,8 @@ class StagingArea:
 
 
 def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
-               staging: StagingArea | None = None) -> FastAPI:
+               staging: StagingArea | None = None, pd: Any = None) -> FastAPI:
+    """pd: the engine's PDRole (slime/rollout/engines/pd.py), None for a regular engine."""
     staging = staging or StagingArea()
     app = FastAPI(title="slime embedded engine")
     state = {"ready": True, "paused": False}
@@ -160,11 +163,22 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
     async def generate(request: Request):
         try:
             body = await request.json()
-            req, is_list = _parse_generate(body, core)
+            disagg = pd is not None and isinstance(body, dict) and pd.wants(body)
+            if not disagg:
+                req, is_list = _parse_generate(body, core)
         except Exception as e:  # noqa: BLE001 - every parse problem is a schema error
             return _schema_error(str(e))
         while state["paused"]:  # /pause_generation: new requests wait for /continue_generation
             await asyncio.sleep(0.01)
+        if disagg:  # prefill: compute and hand over the KV; decode: fetch it, then generate as usual
+            try:
+                if pd.mode == "prefill":
+                    return JSONResponse(await run_in_threadpool(pd.prefill, body, _parse_generate))
+                req, is_list = await run_in_threadpool(pd.decode_request, body, _parse_generate)
+            except EngineError as e:
+                return _handler_error(str(e), e.status)
+            except (ValueError, TypeError, KeyError) as e:
+                return _schema_error(str(e))
         if body.get("stream"):
             return StreamingResponse(_sse(core, req, is_list), media_type="text/event-stream")
         try:
@@ -303,8 +317,9 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
                 "weight_update_endpoints": SUPPORTED_UPDATES, "tensor_load_formats": TENSOR_FORMATS,
                 "weight_update_backends": ["gloo", "nccl"] if core.device.type == "cuda" else ["gloo"],
                 "engine": "slime-embedded", "version": "embedded-0.1", **(server_args or {}),
-                # what it serves, whatever --sglang-* fields it was handed: no PD (see the docstring)
-                "disaggregation_mode": "null", "disaggregation_bootstrap_port": None}
+                # what it serves, whatever --sglang-* fields it was handed (see the docstring)
+                **(pd.info() if pd is not None else {"disaggregation_mode": "null",
+                                                     "disaggregation_bootstrap_port": None})}
 
     @app.get("/model_info")
     @app.get("/get_model_info")
@@ -426,7 +441,15 @@ class EngineServer(ThreadedServer):
 
     def __init__(self, core: EngineCore, host: str = "127.0.0.1", port: int | None = None,
                  server_args: dict[str, Any] | None = None):
+        from slime.rollout.engines.pd import pd_role
+
         self.staging = StagingArea()
         self.core = core
+        self.pd = pd_role(core, server_args, host)
         port = port or free_port(host)
-        super().__init__(create_app(core, server_args, self.staging), host, port, "engine-http")
+        super().__init__(create_app(core, server_args, self.staging, self.pd), host, port, "engine-http")
+
+    def stop(self) -> None:
+        super().stop()
+        if self.pd is not None:
+            self.pd.stop()
