@@ -172,7 +172,7 @@ class Corrections(_Section):
 # --- 4. Serving ---------------------------------------------------------------------------------
 
 class PD(_Section):
-    enabled: bool = field(False, description="Prefill/decode disaggregation with Mooncake KV transfer.", flags=("--sglang-config",))
+    enabled: bool = field(False, description="Prefill/decode disaggregation with Mooncake KV transfer.", flags=("--sglang-config", "--use-sglang-router"))
     prefill_engines: int = field(1, ge=0, le=MAX_GPUS, description="Engines in the prefill group.", flags=("--sglang-config",))
     decode_engines: int = field(1, ge=0, le=MAX_GPUS, description="Engines in the decode group.", flags=("--sglang-config",))
     rdma_devices: list[str] = private(

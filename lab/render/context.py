@@ -259,6 +259,8 @@ def _sglang_flag_lines(exp: Experiment, recipe: Recipe, with_yaml: bool) -> Flag
             g.add("--sglang-hicache-size", s.hicache.host_memory_gb)
     if s.eagle.enabled and s.eagle.head == "separate":
         g.add("--sglang-speculative-draft-model-path", Var("DRAFT_HEAD_PATH"))
+    if s.pd.enabled:  # sglang-router pairs prefill with decode engines; slime's own router serves regular workers only
+        g.add("--use-sglang-router")
     if s.pd.enabled and s.pd.rdma_devices:
         g.add("--sglang-disaggregation-ib-device", Var("RDMA_IB_DEVICES"))
     if s.hicache.enabled and exp.placement.ownership == "colocated":
