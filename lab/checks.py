@@ -188,8 +188,7 @@ def _check_serving(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived)
             out.append(_F("SGL-4", "error", pd_fields, "pool", prefill=s.pd.prefill_engines, decode=s.pd.decode_engines,
                           engine=e, need=need, rollout=p.rollout_gpus, engines=d.engines,
                           split_prefill=max(1, d.engines // 2), split_decode=max(1, d.engines - d.engines // 2)))
-        # SGLang's engines move KV over RDMA; the embedded engine falls back to Mooncake's TCP without devices
-        if not s.pd.rdma_devices and p.ownership != "external" and recipe.backends.rollout != "embedded":
+        if not s.pd.rdma_devices and p.ownership != "external":
             out.append(_F("SGL-5", "error", ["serving.pd.rdma_devices"], "rdma"))
         if s.hicache.enabled:
             out.append(_F("SGL-5", "info", ["serving.hicache.enabled", "serving.pd.enabled"], "hicache"))
