@@ -168,11 +168,21 @@ def test_check_reports_a_model_spec_that_disagrees_with_config_json(tmp_path):
     assert out.returncode == 1 and "PAR-7" in out.stdout and "hidden size" in out.stdout
 
 
-def test_check_lists_the_labs_validation_errors(tmp_path):
+def test_check_prints_the_labs_findings_as_findings_with_their_id_and_fix(tmp_path):
+    from lab.rules import validate as lab_validate
+
+    exp, _ = apply_change(new_experiment("glm4-9b"), "resources.tp", 3)
+    (par1,) = [f for f in lab_validate(exp) if f.id == "PAR-1"]
     script = make_repo(tmp_path, "glm4-9b", resources__tp=3, **inputs(tmp_path))
     create_inputs(tmp_path, script.parent)
     out = run(script, "check")
-    assert out.returncode == 1 and "lab validation: PAR-1" in out.stdout
+    assert out.returncode == 1, out.stdout
+    lines = out.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  finding  PAR-1: "))
+    assert lines[at] == f"  finding  PAR-1: {par1.message}".replace("`", "")
+    assert lines[at + 1] == f"           fix: {par1.fix}".replace("`", "")
+    assert "lab validation" not in out.stdout and "MISSING  PAR-1" not in out.stdout
+    assert "lab finding(s); nothing was started" in out.stdout
 
 
 def test_convert_on_four_nodes_requires_master_addr_and_node_rank(tmp_path):
