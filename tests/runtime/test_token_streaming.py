@@ -7,6 +7,7 @@ sglang-router 0.3.2."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -113,3 +114,30 @@ def test_an_abort_mid_stream_ends_it_with_the_abort_finish_reason(which, two_ser
     last = chunks[-1]
     assert last["meta_info"]["finish_reason"]["type"] == "abort", last["meta_info"]
     assert 0 < len(last["output_ids"]) < 50 and last["meta_info"]["completion_tokens"] == len(last["output_ids"])
+
+
+@pytest.mark.parametrize("which", ["engine", "ours"])
+def test_a_client_that_disconnects_mid_stream_aborts_its_request(which, two_servers, request):
+    """With a step delay of 0.2 s the 50-token answer needs at least 10 s of decoding; the client
+    reads one frame and goes away. The engine must stop the request long before its 50 tokens:
+    counted in decode steps (the tiny engines run nothing else meanwhile), not in seconds."""
+    url = _urls(which, two_servers, request)
+    body = _body(5)
+    body["sampling_params"]["max_new_tokens"] = 50
+    steps = {id(s): s.core.batcher.steps for s in two_servers}
+    for s in two_servers:
+        s.core.step_delay_s = 0.2
+    try:
+        with httpx.stream("POST", url + "/generate", json={**body, "stream": True}, timeout=120,
+                          trust_env=False) as r:
+            first = next(line for line in r.iter_lines() if line)
+            assert json.loads(first.removeprefix("data: "))["meta_info"]["finish_reason"] is None
+        deadline = time.monotonic() + 60
+        while any(s.core.busy for s in two_servers):
+            assert time.monotonic() < deadline, "the request kept running after its client left"
+            time.sleep(0.05)
+    finally:
+        for s in two_servers:
+            s.core.step_delay_s = 0.0
+    ran = sum(s.core.batcher.steps - steps[id(s)] for s in two_servers)
+    assert ran < 49, ran  # a request that ran to its end takes 49 decode steps after its prefill

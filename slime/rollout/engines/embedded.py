@@ -406,6 +406,7 @@ async def _sse(core: EngineCore, req: GenerateRequest, is_list: bool):
         return f"data: {json.dumps({**out, 'index': i} if is_list else out)}\n\n"
 
     task = asyncio.ensure_future(run_in_threadpool(core.generate, req, on_token))
+    getter: asyncio.Future | None = None
     finished = False
     try:
         while not task.done():
@@ -432,6 +433,8 @@ async def _sse(core: EngineCore, req: GenerateRequest, is_list: bool):
         finished = True
         yield "data: [DONE]\n\n"
     finally:
+        if getter is not None:
+            getter.cancel()
         if not finished:  # the client disconnected mid-stream
             for rid in req.rids:
                 core.abort(rid)
