@@ -119,6 +119,16 @@ def test_check_passes_when_every_input_is_present(tmp_path):
         assert out.returncode == 0 and "check passed" in out.stdout
 
 
+def test_check_says_what_the_cluster_must_have_installed(tmp_path):
+    """The lab's verdict never asks what its machine has; `check` (the runtime's dry run with
+    environment=True) names the package the flags need on every node."""
+    script = make_repo(tmp_path, "glm4-9b", advanced__extra_flags="--use-sglang-router", **inputs(tmp_path))
+    create_inputs(tmp_path, script.parent)
+    out = run(script, "check")
+    assert "the cluster must have sglang_router installed on every node: pip install sglang-router==0.3.2" \
+        in out.stdout, out.stdout + out.stderr
+
+
 def test_check_prints_the_ray_placement_plan_of_glm47_on_8_nodes(tmp_path):
     from lab.runtime_verdict import placement, placement_lines
 
