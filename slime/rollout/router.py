@@ -198,7 +198,11 @@ def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
                                      f"after {state.retry_timeout:g} s", "type": "ServiceUnavailable", "code": 503},
                                     status_code=503)
             w.load += 1
-            await w.sem.acquire()
+            try:
+                await w.sem.acquire()
+            except BaseException:  # the client left while the engine's slots were full
+                w.load -= 1
+                raise
             try:
                 req = client().build_request("POST", w.url + "/generate", content=body,
                                              headers={"content-type": "application/json"})
