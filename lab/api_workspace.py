@@ -552,8 +552,9 @@ class AnswerResponse(JSONResponse):
 
 def check_workspace(ws: Workspace, lang: str) -> None:
     """What the model alone cannot refuse in a stored workspace: a recipe this lab does not have
-    (nothing can be derived or drawn for it) and history entries naming unknown fields (undo could
-    not apply them). 422 naming the place."""
+    (nothing can be derived or drawn for it), history entries naming unknown fields (undo could
+    not apply them) and history entries restoring an unknown recipe (undo would make it B's). 422
+    naming the place; nothing is applied, so the page keeps the workspace it stored."""
     from lab.api import known_recipe
     from lab.body import error
     from lab.experiment import LEAF_FIELDS
@@ -567,6 +568,11 @@ def check_workspace(ws: Workspace, lang: str) -> None:
                 if change.path not in LEAF_FIELDS:
                     raise error(422, ["body", "workspace", side, i, "changes", j, "path"],
                                 "input.history_path", {"path": change.path}, lang)
+                if change.path == "model.recipe":
+                    for end in ("old", "new"):  # a non-text value is the model's type error, later
+                        value = getattr(change, end)
+                        if isinstance(value, str):
+                            known_recipe(value, ["body", "workspace", side, i, "changes", j, end], lang)
 
 
 def localized(v: dict[str, Any], lang: str, tops: dict[str, Any]) -> dict[str, Any]:

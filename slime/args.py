@@ -653,6 +653,19 @@ def script_flag_errors(cfg: Config) -> list[str]:
 # --- end issue 28 ----------------------------------------------------------------------------------
 
 
+def cluster_packages(cfg: Config) -> list[tuple[str, str, str]]:
+    """(import name, refusal code, what to install) of each optional package these flags need on
+    every node of the cluster. Only validate(environment=True) (preflight, and so `check`'s dry
+    run) looks them up; a flag-only verdict (environment=False, the lab's) is the same on any machine."""
+    need = []
+    if cfg.sync.transport == "mooncake":
+        need.append(("mooncake", "mooncake_missing",
+                     "mooncake-transfer-engine (CUDA hosts) or mooncake-transfer-engine-non-cuda (CPU hosts)"))
+    if cfg.cluster.use_sglang_router:
+        need.append(("sglang_router", "sglang_router_missing", "sglang-router==0.3.2"))
+    return need
+
+
 def validate(cfg: Config, environment: bool = True) -> list[str]:
     """Every problem found, each naming its flags. Pure: reads files' existence, allocates nothing.
 
@@ -747,10 +760,6 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     if c.sglang_config and not exists(c.sglang_config):
         e.append(_R("sglang_config_missing", path=c.sglang_config))
     if cfg.sync.transport == "mooncake":
-        import importlib.util
-
-        if importlib.util.find_spec("mooncake") is None:
-            e.append(_R("mooncake_missing"))
         if c.rollout_backend == "sglang" and not c.external:
             e.append(_R("mooncake_sglang"))
     elif cfg.sync.mooncake_protocol != "tcp" or cfg.sync.mooncake_device:
@@ -758,11 +767,10 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     router = "sglang-router" if c.use_sglang_router else "slime"
     if router not in ROUTER_POLICIES.get(c.router_policy, ()):
         e.append(_R("router_slime" if router == "slime" else "router_sglang", policy=c.router_policy))
-    if c.use_sglang_router:
+    if environment:  # what the cluster must have installed, never what the lab's machine has
         import importlib.util
 
-        if importlib.util.find_spec("sglang_router") is None:
-            e.append(_R("sglang_router_missing"))
+        e.extend(_R(code) for module, code, _ in cluster_packages(cfg) if importlib.util.find_spec(module) is None)
     f = cfg.fault
     if f.use_fault_tolerance and (f.health_check_interval <= 0 or f.health_check_timeout <= 0):
         e.append(_R("health_check"))

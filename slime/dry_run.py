@@ -139,6 +139,10 @@ def main(argv: Sequence[str], async_mode: bool = False) -> int:
         print("[slime] Ray placement plan (training pool packed first, then the rollout pool):")
         for line in format_plan(result.plan):
             print(f"  {line}")
+        from slime.args import cluster_packages
+
+        for module, _, pip in cluster_packages(result.cfg):  # checked here; each node needs it too
+            print(f"[slime] the cluster must have {module} installed on every node: pip install {pip}")
     for w in result.warnings:
         print(f"[slime] warning: {w}")
     if result.errors:

@@ -118,7 +118,9 @@ def normalize_answer(answer: str) -> str:
     s = re.sub(r"\\[,;:]|\\quad|\\qquad|~", " ", s)
     s = s.replace("\\left", "").replace("\\right", "")
     s = s.replace("dfrac", "frac").replace("tfrac", "frac")
-    s = s.replace("$", "")
+    # "\$" (an escaped dollar sign) first: otherwise its backslash survives and "\$1,000"
+    # would keep its comma (and fail the thousands rule).
+    s = s.replace("\\$", "").replace("$", "")
     # Units: "\text{ cm}" and "5 cm" both mean 5 in these data sets.
     s = _TEXT_UNIT.sub("", s)
     s = re.sub(r"\^\s*\{?\\circ\}?|°|\\circ", "", s)

@@ -107,7 +107,9 @@ def split_top_level(answer: str) -> list[str]:
     A thousands-separated number (``1,000``) is one item. ``\\{``/``\\}`` count as brackets,
     so a set stays whole (sets are compared as sets, by math-verify).
     """
-    text = answer.strip().strip("$").strip()
+    # An escaped dollar (``\$1,000``) goes before the comma split, like a bare one: its backslash
+    # would otherwise hide the thousands separator and split one number into ``\$1`` and ``000``.
+    text = answer.strip().replace("\\$", "").strip("$").strip()
     if _THOUSANDS.match(text.replace(" ", "")):
         return [text]
     items, depth, start, i = [], 0, 0, 0

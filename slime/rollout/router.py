@@ -1,6 +1,7 @@
 """The rollout router: one HTTP address in front of the engines, addressed like sglang-router.
 
-    POST /generate            proxied to one engine (the reply is the engine's, unchanged)
+    POST /generate            proxied to one engine (the reply is the engine's, unchanged; a
+                              `stream: true` reply is relayed frame by frame as it arrives)
     POST /workers             {url, worker_type, bootstrap_port} -> 202 {id}
     GET  /workers             {workers: [{id, url, worker_type, is_healthy, load}], total, stats}
     DELETE /workers/{id}      deregister
@@ -27,6 +28,7 @@ import asyncio
 import bisect
 import hashlib
 import itertools
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from slime.refusals import declare
 from slime.rollout.http_thread import ThreadedServer
@@ -47,6 +49,17 @@ _R = declare("router", {
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
 VNODES = 64  # virtual nodes per engine on the hash ring
+
+
+def _wants_stream(body: bytes) -> bool:
+    """True for a JSON object with `"stream": true` (anything else is proxied whole, unchanged)."""
+    if b'"stream"' not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("stream") is True
 
 
 def _h(s: str) -> int:
@@ -146,6 +159,8 @@ def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
     async def generate(request: Request):
         body = await request.body()
         key = request.headers.get(ROUTING_KEY_HEADER)
+        if _wants_stream(body):
+            return await stream(body, key)
         tried: set[str] = set()
         deadline = time.monotonic() + state.retry_timeout
         while True:
@@ -169,6 +184,55 @@ def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
             w.served += 1
             return Response(resp.content, status_code=resp.status_code,
                             media_type=resp.headers.get("content-type", "application/json"))
+
+    async def stream(body: bytes, key: str | None) -> Response:
+        """A `stream: true` request: the engine's SSE bytes pass through as they arrive. Until the
+        engine answers, a dropped connection is retried elsewhere like any request; after that the
+        stream is the engine's. The engine's slot and load are held until the stream ends; a client
+        that goes away closes the engine's stream (which aborts the request there)."""
+        tried: set[str] = set()
+        deadline = time.monotonic() + state.retry_timeout
+        while True:
+            w = await wait_for_worker(key, tried, deadline)
+            if w is None:
+                return JSONResponse({"object": "error", "message": "no healthy engine behind the router "
+                                     f"after {state.retry_timeout:g} s", "type": "ServiceUnavailable", "code": 503},
+                                    status_code=503)
+            w.load += 1
+            try:
+                await w.sem.acquire()
+            except BaseException:  # the client left while the engine's slots were full
+                w.load -= 1
+                raise
+            try:
+                req = client().build_request("POST", w.url + "/generate", content=body,
+                                             headers={"content-type": "application/json"})
+                resp = await client().send(req, stream=True)
+            except httpx.TransportError:
+                w.sem.release()
+                w.load -= 1
+                w.healthy = False
+                tried.add(w.id)
+                state.retried += 1
+                continue
+            except BaseException:
+                w.sem.release()
+                w.load -= 1
+                raise
+            break
+
+        async def relay():
+            try:
+                async for chunk in resp.aiter_raw():
+                    yield chunk
+                w.served += 1
+            finally:
+                await resp.aclose()
+                w.sem.release()
+                w.load -= 1
+
+        return StreamingResponse(relay(), status_code=resp.status_code,
+                                 media_type=resp.headers.get("content-type", "text/event-stream"))
 
     @app.post("/workers")
     async def add_worker(request: Request):

@@ -8,7 +8,8 @@ because they need the trainer's old and reference log-probs:
 - ``--kl-coef`` puts ``-kl_coef * KL_t`` into the per-token reward, with ``KL_t`` the
   ``--kl-loss-type`` estimate of ``log pi_old - log pi_ref`` at token t:
   * ``reinforce_plus_plus``: return-to-go ``G_t = sum_{t' >= t} r_t'`` (gamma = 1) where
-    ``r_t' = -kl_coef * KL_t'`` and the sample's reward is added at its last loss token;
+    ``r_t' = -kl_coef * KL_t'`` on loss tokens (0 on loss-masked ones such as tool output) and
+    the sample's reward is added at its last loss token;
   * ``reinforce_plus_plus_baseline``: ``A_t = (r - group mean) - kl_coef * KL_t``.
   Group-relative estimators (grpo, dr_grpo, gspo, cispo) take no KL in the reward: their
   baseline is the group, and ``validate()`` refuses ``--kl-coef`` with them (use
@@ -99,7 +100,9 @@ def kl_shaped(advantage: float, mask: Sequence[float], old: Sequence[float] | No
     kl = [kl_value(o - r, kl_type) for o, r in zip(old, ref)]
     if estimator == "reinforce_plus_plus_baseline":
         return [float(advantage) - kl_coef * k for k in kl]
-    rewards = [-kl_coef * k for k in kl]
+    # Loss-masked tokens (tool output, observations) are not the policy's actions: no KL in
+    # their reward, as in THUDM/slime's get_reinforce_plus_plus_returns and ppo_token_rewards.
+    rewards = [-kl_coef * k if m else 0.0 for k, m in zip(kl, mask)]
     last = max((i for i, m in enumerate(mask) if m), default=None)
     if last is not None:  # the sequence reward arrives with the last token the policy generated
         rewards[last] += float(advantage)

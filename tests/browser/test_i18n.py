@@ -16,7 +16,7 @@ ALLOWED = {
     "hybrid", "Hybrid", "score", "rank", "all-reduce", "all-gather", "all-to-all", "zigzag", "key", "value",
     "DSA", "Mamba", "GDN", "SSM", "InfiniBand", "Hugging", "Face", "parquet", "checkout", "tokenizer",
     "REINFORCE++",
-    "GLM", "SGLang", "TP", "PP", "CP", "EP", "DP", "ZeRO", "FP8", "FP32", "BF16", "INT4", "E4M3", "Ray",
+    "GLM", "GLM-4-9B", "SGLang", "TP", "PP", "CP", "EP", "DP", "ZeRO", "FP8", "FP32", "BF16", "INT4", "E4M3", "Ray",
     "experiment.sh", "experiment.json", "serving-reference.sh", "rayjob.yaml", "JSON", "JSONL", "GPU", "CPU", "Adam",
     "GRPO", "GSPO", "CISPO", "PPO", "REINFORCE", "TIS", "IcePop", "R3", "SC", "PD", "HiCache", "EAGLE", "MTP",
     "RDMA", "HF", "KV", "ID", "RL", "cuBLAS", "straw", "torch_dist", "deepscaler", "dapo", "gpqa", "bash", "RUNTIME", "remote_rm", "boxed_math", "dr_grpo", "math", "f1", "Megatron",

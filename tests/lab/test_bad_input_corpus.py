@@ -32,6 +32,9 @@ SLOW_S = 5.0  # one request of the corpus answering later than this counts as a 
 HOSTILE_VALUES = ["NaN", "Infinity", "-Infinity", "1e999", "9" * 5000, "-" + "9" * 30, '"\\ud800"', '"a\\udfffb"',
                   '"\\u0000"', '"a\\nb"', '"a\\rb"', '"-rf"', '"--help"', "[]", "{}", "null", "true", "-1", "1.5",
                   '"' + "x" * 20_000 + '"', "[" * 40 + "]" * 40, '["-x", "\\u0000"]', '{"nested": {"a": NaN}}']
+# Recipe names a stored (or hand-edited) history entry may try to restore.
+HOSTILE_RECIPES = ["nope", "", "../../etc/passwd", "<script>alert(1)</script>", "glm4-9b\u0000", " glm4-9b",
+                   "GLM4-9B", "x" * 5000, "\u202egnp.exe"]
 BROKEN_BODIES = ["", "{", "[]", "null", "1", '"text"', "{'a': 1}", '{"a": 1,}', "[" * 5000 + "]" * 5000,
                  '{"experiment": ' * 2000 + "{}" + "}" * 2000, "\ufeff{}", '{"experiment": {}} trailing',
                  '{"x": ' + "9" * 5000 + "}", '{"experiment": NaN}', '"\\ud800"', '{"\\ud800": 1}']
@@ -105,6 +108,12 @@ def _workspace_bodies(fields: list[str]) -> Iterator[tuple[str, bytes]]:
     typed = '{"label": "x", "changes": [{"path": "placement.nodes", "old": "many", "new": 2}]}'
     yield "undo entry with a wrong type", body(f'{{"undo": [{typed}]}}', '{"type": "undo"}')
     yield "history of junk", body('{"undo": [1, 2, 3]}', '{"type": "undo"}')
+    for name in HOSTILE_RECIPES:
+        for side in ("undo", "redo"):
+            for end in ("old", "new"):
+                change = {"path": "model.recipe", "old": "glm4-9b", "new": "glm4-9b", end: name}
+                entry = json.dumps({"label": "x", "changes": [change]})
+                yield f"{side} entry {end} recipe {name[:20]!r}", body(f'{{"{side}": [{entry}]}}', f'{{"type": "{side}"}}')
     yield "bad lang", body("null", '{"type": "view"}', '"xx"')
     yield "workspace is a list", body("[]", '{"type": "view"}')
 
@@ -130,6 +139,24 @@ def test_every_bad_input_is_a_4xx_naming_the_problem(client, route):
         n += 1
         refused += r.status_code >= 400
     assert n >= 30 and refused >= n // 2, (n, refused)
+
+
+@pytest.mark.parametrize("name", HOSTILE_RECIPES[:4])
+@pytest.mark.parametrize("side", ["undo", "redo"])
+def test_an_unknown_recipe_in_a_history_entry_is_a_4xx_naming_it_and_the_workspace_is_untouched(client, side, name):
+    kept = {"b": new_experiment("tiny-cpu").model_dump(mode="json"), "undo": [], "redo": []}
+    entry = {"label": "model.recipe", "changes": [{"path": "model.recipe", "old": name, "new": "tiny-cpu"}]}
+    if side == "redo":
+        entry["changes"][0].update(old="tiny-cpu", new=name)
+    sent = {**kept, side: [entry]}
+    r = client.post("/api/workspace", json={"workspace": sent, "action": {"type": side}, "lang": "en"})
+    assert r.status_code == 422, r.text
+    (d,) = r.json()["detail"]
+    assert d["type"] == "input.unknown_recipe" and repr(name) in d["msg"] and "tiny-cpu" in d["msg"], d
+    assert d["loc"] == ["body", "workspace", side, 0, "changes", 0, "old" if side == "undo" else "new"]
+    assert "workspace" not in r.json()  # nothing applied: the page keeps the workspace it stored
+    ok = client.post("/api/workspace", json={"workspace": kept, "action": {"type": "view"}, "lang": "en"})
+    assert ok.status_code == 200 and ok.json()["workspace"]["b"] == kept["b"]
 
 
 @pytest.mark.parametrize("raw, where", [

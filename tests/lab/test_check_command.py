@@ -119,6 +119,16 @@ def test_check_passes_when_every_input_is_present(tmp_path):
         assert out.returncode == 0 and "check passed" in out.stdout
 
 
+def test_check_says_what_the_cluster_must_have_installed(tmp_path):
+    """The lab's verdict never asks what its machine has; `check` (the runtime's dry run with
+    environment=True) names the package the flags need on every node."""
+    script = make_repo(tmp_path, "glm4-9b", advanced__extra_flags="--use-sglang-router", **inputs(tmp_path))
+    create_inputs(tmp_path, script.parent)
+    out = run(script, "check")
+    assert "the cluster must have sglang_router installed on every node: pip install sglang-router==0.3.2" \
+        in out.stdout, out.stdout + out.stderr
+
+
 def test_check_prints_the_ray_placement_plan_of_glm47_on_8_nodes(tmp_path):
     from lab.runtime_verdict import placement, placement_lines
 
@@ -168,11 +178,21 @@ def test_check_reports_a_model_spec_that_disagrees_with_config_json(tmp_path):
     assert out.returncode == 1 and "PAR-7" in out.stdout and "hidden size" in out.stdout
 
 
-def test_check_lists_the_labs_validation_errors(tmp_path):
+def test_check_prints_the_labs_findings_as_findings_with_their_id_and_fix(tmp_path):
+    from lab.rules import validate as lab_validate
+
+    exp, _ = apply_change(new_experiment("glm4-9b"), "resources.tp", 3)
+    (par1,) = [f for f in lab_validate(exp) if f.id == "PAR-1"]
     script = make_repo(tmp_path, "glm4-9b", resources__tp=3, **inputs(tmp_path))
     create_inputs(tmp_path, script.parent)
     out = run(script, "check")
-    assert out.returncode == 1 and "lab validation: PAR-1" in out.stdout
+    assert out.returncode == 1, out.stdout
+    lines = out.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  finding  PAR-1: "))
+    assert lines[at] == f"  finding  PAR-1: {par1.message}".replace("`", "")
+    assert lines[at + 1] == f"           fix: {par1.fix}".replace("`", "")
+    assert "lab validation" not in out.stdout and "MISSING  PAR-1" not in out.stdout
+    assert "lab finding(s); nothing was started" in out.stdout
 
 
 def test_convert_on_four_nodes_requires_master_addr_and_node_rank(tmp_path):

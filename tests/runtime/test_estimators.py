@@ -104,6 +104,26 @@ def test_reinforce_plus_plus_return_to_go_with_kl_in_the_reward():
     assert adv[0] == pytest.approx([1.0, 1.05, 1.05])
 
 
+def test_reinforce_plus_plus_return_to_go_has_no_kl_from_loss_masked_tokens():
+    """Issue 27's example: mask [1, 0, 0, 1] gives G_0 = -1.7161 in THUDM/slime, -1.6837 when the
+    KL of the two masked (tool-output) tokens leaks into the return-to-go.
+
+    The issue gives only the mask and the two numbers; these inputs reproduce both exactly under
+    the reference semantics (get_reinforce_plus_plus_returns: token reward ``-kl_coef * KL_t *
+    mask_t``, the sample reward added at the last loss token, returns summed backwards with
+    gamma 1): reward -1 (dapo's score of a wrong answer), kl_coef 0.5, k1 with
+    ``d = log pi_old - log pi_ref = [0.7, -0.05, -0.0148, 0.7322]``.
+    Reference: G_0 = -1 - 0.5 * (0.7 + 0.7322) = -1.7161.
+    Leaking:   G_0 = -1.7161 - 0.5 * (-0.05 - 0.0148) = -1.6837.
+    """
+    old, ref, mask = [-0.5, -1.25, -1.0148, -0.2678], [-1.2, -1.2, -1.0, -1.0], [1, 0, 0, 1]
+    adv = token_advantages([-1.0], [mask], [old], [ref], "reinforce_plus_plus", 0.5, "k1", False)[0]
+    assert adv[0] == pytest.approx(-1.7161, abs=1e-9)
+    assert adv == pytest.approx([-1.7161, -1.3661, -1.3661, -1.3661], abs=1e-9)
+    leaked = -1.0 - 0.5 * sum(o - r for o, r in zip(old, ref))  # every token's KL, masked ones too
+    assert leaked == pytest.approx(-1.6837, abs=1e-9) and adv[0] != pytest.approx(leaked)
+
+
 def test_reinforce_plus_plus_baseline_subtracts_kl_per_token_from_the_group_centred_reward():
     base = compute_advantages([1.0, 0.0], 2, "reinforce_plus_plus_baseline")  # [0.5, -0.5]
     adv = token_advantages(base, [MASK, MASK], [OLD, OLD], [REF, REF], "reinforce_plus_plus_baseline", 0.1, "k1",

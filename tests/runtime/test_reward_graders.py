@@ -31,6 +31,20 @@ def test_math_lists_are_ordered_tuples_with_multiplicity(pred, gold, score):
     assert get_reward_fn("math")(f"The answer is \\boxed{{{pred}}}", gold).score == score
 
 
+@pytest.mark.parametrize("pred", ["\\$1,000", "$1,000", "\\$1000", "1,000"])
+def test_escaped_dollar_thousands_scores_one_in_deepscaler_and_answer_matching(pred):
+    """Regression (issue 27): ``\\$1,000`` against ``1000`` scored 0 because the backslash of the
+    escaped dollar hid the thousands separator and the comma split made two items."""
+    from slime.rewards.math_reward import answers_match, split_top_level
+
+    assert split_top_level(pred) == [pred.replace("\\$", "").strip("$")]
+    assert answers_match(pred, "1000") is True
+    assert get_reward_fn("deepscaler")(f"<think>sum it</think> \\boxed{{{pred}}}", "1000").score == 1.0
+    assert get_reward_fn("math")(f"The answer is \\boxed{{{pred}}}", "1000").score == 1.0
+    # A real list of two dollar amounts is still two items, in order.
+    assert answers_match("\\$1, \\$2", "\\$2, \\$1") is False
+
+
 def test_math_verify_equivalences_and_grading_after_think_are_kept():
     fn = get_reward_fn("math")
     assert fn("\\boxed{\\frac{\\sqrt{2}}{2}}", "\\frac{1}{\\sqrt{2}}").score == 1.0

@@ -41,6 +41,7 @@ class _Row:
     stops: frozenset[int]
     should_abort: Callable[[], bool]
     batch: _Batch
+    index: int = 0  # the row's place in its request (what a streaming caller is told)
     result: RowResult = field(default_factory=RowResult)
     slot: int = -1
     pos: int = 0  # the position the next decode step writes (= tokens in the cache)
@@ -53,6 +54,9 @@ class _Row:
 @dataclass
 class _Batch:
     left: int
+    # Streaming: called on the loop thread (under the batcher's lock) with (row index, its result
+    # so far) after each recorded token; it must only hand the news over, never block.
+    on_token: Callable[[int, RowResult], None] | None = None
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
 
@@ -81,12 +85,13 @@ class ContinuousBatcher:
     # -- requests ------------------------------------------------------------------------------
     def run(self, prompts: list[list[int]], params: list[RowParams],
             should_abort: Callable[[int], bool] = lambda i: False, kv_in: list[tuple] | None = None,
-            export: bool = False) -> list[RowResult]:
+            export: bool = False, on_token: Callable[[int, RowResult], None] | None = None) -> list[RowResult]:
         """Blocks until every row has finished; rows decode alongside other callers' rows.
-        kv_in: per row, a transferred (KV, last logits) to start from; export: prefill only."""
+        kv_in: per row, a transferred (KV, last logits) to start from; export: prefill only.
+        `on_token(i, result)`: row i has a new token in `result` (see _Batch.on_token)."""
         if not prompts:
             return []
-        batch = _Batch(left=len(prompts))
+        batch = _Batch(left=len(prompts), on_token=on_token)
         rows = []
         with self._cv:
             for i, (p, rp) in enumerate(zip(prompts, params)):
@@ -94,7 +99,7 @@ class ContinuousBatcher:
                 seed = rp.seed if rp.seed is not None else int(
                     torch.randint(0, 2 ** 62, (1,), generator=self.generator))
                 stops = frozenset(rp.stop_token_ids) | (frozenset() if rp.ignore_eos else frozenset(self.eos_ids))
-                rows.append(_Row(list(p), rp, seed & (2 ** 64 - 1), stops, (lambda i=i: should_abort(i)), batch,
+                rows.append(_Row(list(p), rp, seed & (2 ** 64 - 1), stops, (lambda i=i: should_abort(i)), batch, i,
                                  kv_in=kv_in[i] if kv_in else None, export=export))
             for r in rows:
                 if r.params.max_new_tokens <= 0:
@@ -256,6 +261,8 @@ class ContinuousBatcher:
     def _record(self, r: _Row, tok: int, lp: float) -> None:
         r.result.output_ids.append(tok)
         r.result.logprobs.append(lp)
+        if r.batch.on_token is not None:
+            r.batch.on_token(r.index, r.result)
         if tok in r.stops:
             self._release(r)
             self._finish(r, "stop", tok)

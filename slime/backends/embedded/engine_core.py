@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import torch
 
 from slime.backends.embedded.batcher import ContinuousBatcher
 from slime.backends.embedded.model import eos_token_ids, load_model, load_tokenizer, pick_device
-from slime.backends.embedded.sampler import RowParams
+from slime.backends.embedded.sampler import RowParams, RowResult
 from slime.backends.embedded.weights import decode_bucket, load_into, read_weights_dir
 
 
@@ -123,7 +124,10 @@ class EngineCore:
         self.batcher.step_delay_s = float(seconds)
 
     # -- generation --------------------------------------------------------------------------
-    def generate(self, req: GenerateRequest) -> list[dict[str, Any]]:
+    def generate(self, req: GenerateRequest,
+                 on_token: Callable[[int, RowResult], None] | None = None) -> list[dict[str, Any]]:
+        """The outputs of every row of `req`, in SGLang's shape. `on_token(i, result)`: row i has a
+        new output token (called on the batcher's thread; see ContinuousBatcher.run)."""
         if self.released:
             raise EngineError("engine memory is released; POST /resume_memory_occupation first", 503)
         self.busy += 1
@@ -140,7 +144,7 @@ class EngineCore:
                 def abort(i: int) -> bool:
                     return self._abort_epoch != epoch or req.rids[i] in self._abort_rids
 
-                rows = self.batcher.run(req.input_ids, req.params, abort, req.kv_in, req.export)
+                rows = self.batcher.run(req.input_ids, req.params, abort, req.kv_in, req.export, on_token)
                 version = self.weight_version
                 if req.export:
                     req.exported = [row.kv for row in rows]
@@ -158,15 +162,19 @@ class EngineCore:
                 fr["length"] = len(row.output_ids)
             else:
                 fr.update(message="aborted by /abort_request", status_code=None, err_type=None)
-            meta = {"id": rid, "finish_reason": fr, "prompt_tokens": len(prompt),
-                    "completion_tokens": len(row.output_ids), "cached_tokens": 0,
-                    "weight_version": version}
-            if req.return_logprob:
-                meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(row.logprobs, row.output_ids)]
-                meta["input_token_logprobs"] = []
-            outs.append({"text": self.tokenizer.decode(row.output_ids, skip_special_tokens=True),
-                         "output_ids": row.output_ids, "meta_info": meta})
+            outs.append(self.output(rid, prompt, row.output_ids, row.logprobs, fr, version, req.return_logprob))
         return outs
+
+    def output(self, rid: str, prompt: list[int], output_ids: list[int], logprobs: list[float],
+               finish_reason: dict[str, Any] | None, version: str, return_logprob: bool) -> dict[str, Any]:
+        """One row's answer; a stream's frames before the last carry finish_reason None."""
+        meta = {"id": rid, "finish_reason": finish_reason, "prompt_tokens": len(prompt),
+                "completion_tokens": len(output_ids), "cached_tokens": 0, "weight_version": version}
+        if return_logprob:
+            meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, output_ids)]
+            meta["input_token_logprobs"] = []
+        return {"text": self.tokenizer.decode(output_ids, skip_special_tokens=True),
+                "output_ids": list(output_ids), "meta_info": meta}
 
     def abort(self, rid: str = "", abort_all: bool = False) -> None:
         if abort_all:

@@ -23,9 +23,12 @@ Extension: `is_last_bucket` (default true): a bucketed update commits its weight
 its last bucket; until then the same version may continue and any other is refused.
 
 Streaming (`"stream": true`): server-sent events as SGLang sends them, `data: <json>` frames and a
-closing `data: [DONE]`. The engine core generates a request whole, so each output arrives as one
-frame holding everything (SGLang's frames are cumulative too; it just sends more of them); a batch
-or `n > 1` stream tags each frame with its `index`.
+closing `data: [DONE]`. Frames are cumulative (text, output_ids and log-probs since the request
+began, as SGLang without --stream-output): one per new token of a row, or per small group of
+tokens when the client reads slower than the engine decodes; finish_reason is null until the
+row's last frame, which equals the non-streamed answer (an abort ends the stream with SGLang's
+`abort` finish_reason and the output so far). A batch or `n > 1` stream tags each frame with its
+`index`. A client that disconnects aborts its request.
 Disaggregation: with `disaggregation_mode` prefill or decode (server_args) the engine serves that
 role of SGLang's bootstrap protocol, moving the prompt's KV cache over Mooncake
 (slime/rollout/engines/pd.py). A regular engine (`disaggregation_mode` "null") refuses a request
@@ -396,17 +399,60 @@ def create_app(core: EngineCore, server_args: dict[str, Any] | None = None,
 
 
 async def _sse(core: EngineCore, req: GenerateRequest, is_list: bool):
-    """SSE frames of one generate request (see module docstring); errors as an error frame."""
+    """SSE frames of one generate request (see module docstring); errors as an error frame.
+
+    The batcher reports each new token; every wake-up sends one cumulative frame per row that
+    grew (one token, or the few that arrived meanwhile), finish_reason null. The final frame of
+    each row is the non-streamed answer itself (an abort's included). A client that goes away
+    aborts its rows, as SGLang does on disconnect."""
     import json
 
+    loop = asyncio.get_running_loop()
+    news: asyncio.Queue = asyncio.Queue()
+
+    def on_token(i: int, result: Any) -> None:  # the batcher's thread: hand over, nothing more
+        n = len(result.output_ids)
+        try:
+            loop.call_soon_threadsafe(news.put_nowait, (i, result, n))
+        except RuntimeError:  # the event loop is gone (server stopping)
+            pass
+
+    def frame(i: int, out: dict[str, Any]) -> str:
+        return f"data: {json.dumps({**out, 'index': i} if is_list else out)}\n\n"
+
+    task = asyncio.ensure_future(run_in_threadpool(core.generate, req, on_token))
+    getter: asyncio.Future | None = None
+    finished = False
     try:
-        outs = await run_in_threadpool(core.generate, req)
-    except EngineError as e:
-        yield f"data: {json.dumps({'error': {'message': str(e), 'code': e.status}})}\n\n"
-    else:
-        for i, o in enumerate(outs):
-            yield f"data: {json.dumps({**o, 'index': i} if is_list else o)}\n\n"
-    yield "data: [DONE]\n\n"
+        while not task.done():
+            getter = asyncio.ensure_future(news.get())
+            await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                continue
+            i, res, n = getter.result()
+            latest = {i: (res, n)}
+            while not news.empty():
+                i, res, n = news.get_nowait()
+                latest[i] = (res, n)
+            for i, (res, n) in sorted(latest.items()):
+                yield frame(i, core.output(req.rids[i], req.input_ids[i], res.output_ids[:n], res.logprobs[:n],
+                                           None, core.weight_version, req.return_logprob))
+        try:
+            outs = task.result()
+        except EngineError as e:
+            yield f"data: {json.dumps({'error': {'message': str(e), 'code': e.status}})}\n\n"
+        else:
+            for i, o in enumerate(outs):
+                yield frame(i, o)
+        finished = True
+        yield "data: [DONE]\n\n"
+    finally:
+        if getter is not None:
+            getter.cancel()
+        if not finished:  # the client disconnected mid-stream
+            for rid in req.rids:
+                core.abort(rid)
 
 
 def _update_from_ipc(core: EngineCore, handle: dict[str, Any], version: Any, last: bool) -> None:
