@@ -41,8 +41,13 @@ fi
 
 OUT_DIR="${OUT:-runs/gpu-tests}"
 mkdir -p "$OUT_DIR"
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+# .whl/*.whl, or the call folders .whl/call*/ of a set split over several device calls
+# (tools/build_device_wheels.py; earlier calls' folders stay on a warm machine and install again)
+shopt -s nullglob
+WHEELS=(.whl/*.whl .whl/call*/*.whl)
+shopt -u nullglob
+if [ ${#WHEELS[@]} -gt 0 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${WHEELS[@]}" \
     || { echo "installing the carried wheels failed" >&2; exit 3; }
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
