@@ -130,6 +130,16 @@ def verify_record(wheel: Path, drop: tuple[str, ...] = DROP) -> None:
                 raise ValueError(f"{wheel.name}: {row[0]} does not match its RECORD hash")
 
 
+def select(pins: list[str], drop: list[str]) -> list[str]:
+    """``pins`` without the names in ``drop`` (each must name a pin: a typo is refused, not ignored)."""
+    names = {p.split("==")[0].lower(): p for p in pins}
+    unknown = [d for d in drop if d.lower() not in names]
+    if unknown:
+        raise SystemExit(f"--drop {unknown[0]}: not a pinned wheel (pinned: {', '.join(sorted(names))})")
+    gone = {d.lower() for d in drop}
+    return [p for p in pins if p.split("==")[0].lower() not in gone]
+
+
 def plan_calls(sizes: dict[str, int], budget_bytes: int) -> list[list[str]]:
     """Split wheels (name -> bytes) into the fewest device calls this greedy finds: largest first,
     each into the first call with room. A wheel larger than one call is refused, by name."""
@@ -187,12 +197,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--with-tilelang", action="store_true", help="add tilelang and its needs (Qwen3.5 on Hopper)")
     ap.add_argument("--call-mib", type=float, default=CALL_MIB, help="most MiB of wheels one device call carries")
     ap.add_argument("--lzma", action="store_true", help="LZMA-recompress wheels over 8 MiB (fewer calls)")
+    ap.add_argument("--drop", action="append", default=[], metavar="NAME",
+                    help="leave out a pinned wheel (e.g. ray: the GPU test parts never start Ray)")
     a = ap.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     raw = out / "_download"
     raw.mkdir(exist_ok=True)
-    download(WHEELS + (TILELANG_WHEELS if a.with_tilelang else []), raw, a.python)
+    download(select(WHEELS + (TILELANG_WHEELS if a.with_tilelang else []), a.drop), raw, a.python)
     for w in sorted(raw.glob("*.whl")):
         target = out / w.name
         if w.name.startswith("ray-"):

@@ -132,3 +132,12 @@ def test_an_lzma_recompressed_wheel_installs_with_pip(tmp_path):
     r = subprocess.run([sys.executable, "-c", "import lzpkg; print(lzpkg.VALUE)"], capture_output=True, text=True,
                        timeout=60, env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert r.stdout.strip() == "42", r.stderr
+
+
+def test_drop_leaves_out_a_pinned_wheel_and_refuses_a_typo():
+    pins = bdw.WHEELS + bdw.TILELANG_WHEELS
+    kept = bdw.select(pins, ["ray", "Z3-Solver"])
+    assert "ray==2.60.0" not in kept and not any(p.startswith("z3-solver") for p in kept)
+    assert len(kept) == len(pins) - 2
+    with pytest.raises(SystemExit, match="--drop rayy: not a pinned wheel"):
+        bdw.select(pins, ["rayy"])
