@@ -41,8 +41,15 @@ def main() -> None:
         return torch.log_softmax(logits[0, :-1, :256].float(), -1).gather(-1, tgt)[:, 0]
 
     lp = {}
+    seen: dict[int, dict] = {}  # HF bf16's indexer inputs and top-k, per layer that computes one
     for name, dt in (("hf_bf16", torch.bfloat16), ("hf_fp32", torch.float32)):
         m = transformers.AutoModelForCausalLM.from_pretrained(hf, dtype=dt, attn_implementation="eager").eval()
+        if dt == torch.bfloat16:
+            for i, layer in enumerate(m.model.layers):
+                ix = getattr(layer.self_attn, "indexer", None)
+                if ix is not None:
+                    ix.register_forward_hook(lambda mod, args, kw, out, i=i: seen.__setitem__(
+                        i, {"x": kw["hidden_states"], "qr": kw["q_resid"], "top": out}), with_kwargs=True)
         with torch.no_grad():
             lp[name] = tok_lp(m(input_ids=ids).logits)
     from tests.runtime.megatron_cpu_fakes import install
@@ -63,13 +70,26 @@ def main() -> None:
     with torch.no_grad():
         lp["megatron_bf16"] = tok_lp(model(ids, torch.arange(a.seq)[None], None))
 
+    # Megatron's indexer on HF's own inputs: does it pick the same keys?
+    causal = torch.full((a.seq, a.seq), float("-inf")).triu(1)
+    differ, queries = 0, 0
+    for i, c in seen.items():
+        ix = model.decoder.layers[i].self_attention.core_attention.indexer
+        with torch.no_grad():
+            top = ix(c["x"].transpose(0, 1).contiguous(), c["qr"].transpose(0, 1).contiguous(), mask=causal)
+        valid = torch.arange(a.seq) >= top.shape[-1]  # before that every key is picked
+        mine, theirs = top[0].sort(-1).values, c["top"][0].long().sort(-1).values
+        differ += int(((mine != theirs).any(-1) & valid).sum())
+        queries += int(valid.sum())
+
     def gap(x: str, y: str) -> dict:
         d = (lp[x] - lp[y]).abs()
         return {"mean": round(float(d.mean()), 5), "max": round(float(d.max()), 4)}
 
     print(json.dumps({"seq": a.seq, "hf_bf16_vs_hf_fp32": gap("hf_bf16", "hf_fp32"),
                       "megatron_bf16_vs_hf_bf16": gap("megatron_bf16", "hf_bf16"),
-                      "megatron_bf16_vs_hf_fp32": gap("megatron_bf16", "hf_fp32")}))
+                      "megatron_bf16_vs_hf_fp32": gap("megatron_bf16", "hf_fp32"),
+                      "indexer_on_hf_inputs": {"layers": sorted(seen), "queries": queries, "topk_sets_differ": differ}}))
 
 
 if __name__ == "__main__":
