@@ -49,7 +49,9 @@ def main() -> None:
                 ix = getattr(layer.self_attn, "indexer", None)
                 if ix is not None:
                     ix.register_forward_hook(lambda mod, args, kw, out, i=i: seen.__setitem__(
-                        i, {"x": kw["hidden_states"], "qr": kw["q_resid"], "top": out}), with_kwargs=True)
+                        i, {"x": kw.get("hidden_states", args[0] if args else None),
+                            "qr": kw.get("q_resid", args[1] if len(args) > 1 else None), "top": out}),
+                        with_kwargs=True)
         with torch.no_grad():
             lp[name] = tok_lp(m(input_ids=ids).logits)
     from tests.runtime.megatron_cpu_fakes import install
