@@ -24,7 +24,10 @@ slime.backends.megatron builds a model):
 Embedded engine (slime.backends.embedded, the engine of the tiny recipes): bf16 weights, the
 static KV slots its batcher allocates (a power of two of rows in flight × the context rounded up
 to 256 positions × layers × KV heads × head dim × K and V × 2 B), one prefill chunk's widest
-transient, the sampled rows' fp32 logits, and the cuBLAS workspace. SGLang instead reserves
+transient, the sampled rows' fp32 logits, and two cuBLAS workspaces (`ENGINE_CUBLAS_STREAMS`: torch
+keeps one per stream, and the engine runs on the default stream and captures its CUDA graphs on one
+side stream; before it reused that stream, every capture added one, which is most of what the
+tiny-gpu estimate of 0.059 GiB missed against 0.114 measured). SGLang instead reserves
 `mem_fraction_static` of the GPU up front; lab/memory.py keeps that model for SGLang engines.
 """
 from __future__ import annotations
@@ -41,6 +44,7 @@ LOGIT_FP32_COPIES = 3  # vocabulary-wide fp32 tensors alive at once in the log-p
 # torch's cuBLAS workspace on Hopper-class GPUs (CUBLAS_WORKSPACE_CONFIG :4096:8 = 32 MiB), taken from
 # the caching allocator, so max_memory_allocated counts it.
 CUBLAS_WORKSPACE_BYTES = 32 * 1024**2
+ENGINE_CUBLAS_STREAMS = 2  # the default stream + the CUDA-graph side stream (slime/backends/embedded/decoder.py)
 KV_POSITION_ROUND = 256  # the embedded decoder grows its KV slots in steps of 256 positions on CUDA
 PREFILL_CHUNK_TOKENS = 16384  # the embedded batcher's prefill budget per forward (batcher.prefill_tokens)
 
@@ -167,5 +171,5 @@ def embedded_engine_parts(s: ModelSpec, rows: int, context: int) -> dict[str, fl
         "kv_cache": float(kv),
         "prefill": float(prefill),
         "logits": float(logits),
-        "workspace": float(CUBLAS_WORKSPACE_BYTES),
+        "workspace": float(ENGINE_CUBLAS_STREAMS * CUBLAS_WORKSPACE_BYTES),
     }

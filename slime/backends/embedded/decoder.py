@@ -54,6 +54,10 @@ class SlotDecoder:
         self.head_dim = getattr(attn0, "head_dim", None) or cfg.hidden_size // self.n_heads
         self.scaling = float(getattr(attn0, "scaling", self.head_dim ** -0.5))
         self.use_graphs = use_graphs
+        # One side stream for every graph's warm-up and capture: torch keeps a cuBLAS workspace per
+        # (handle, stream) for the process's life (32 MiB on Hopper), so a fresh stream per capture
+        # added a workspace per (batch bucket, length) captured.
+        self._side_stream = None
         self.reset()
 
     # -- cache management ---------------------------------------------------------------------
@@ -212,7 +216,9 @@ class SlotDecoder:
         # reached yet (rows only read positions <= their own), so the real step overwrites it.
         saved = self.pos[:n].clone()
         self.pos[:n] = length - 1
-        stream = torch.cuda.Stream()
+        if self._side_stream is None:
+            self._side_stream = torch.cuda.Stream()
+        stream = self._side_stream
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
             for _ in range(2):
@@ -221,7 +227,7 @@ class SlotDecoder:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, pool=self.pool, stream=stream, capture_error_mode="thread_local"):
             out = self._decode(n, length)
         self.pos[:n] = saved
         return graph, out

@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from slime.backends.megatron import model as mm
 from slime.backends.megatron.convert import checkpoint_subdir, load_model_checkpoint, write_tracker
+from slime.backends.megatron.determinism import install_fixed_order_moe_combine
 from slime.backends.megatron.model_args import (
     _bool,
     _int,
@@ -169,6 +170,8 @@ class MegatronTrainer:
 
         self.ps = ps
         self.device = torch.device("cuda", torch.cuda.current_device())
+        # the actor's, old and reference passes must sum each token's experts in one order (determinism.py)
+        install_fixed_order_moe_combine()
         module = mm.build_model(self.flags, self.flags, attention=attention)
         # The MTP layer (the draft SGLang's EAGLE reads) trains on its own loss only with
         # --enable-mtp-training; otherwise it is frozen and skipped, and weight sync sends it unchanged.
