@@ -15,6 +15,15 @@ from typing import Any
 
 from slime.timeline import PREFIX, format_summary, run_summary
 
+# eval/<name> is the mean held-out reward, eval/<name>_response_length the mean response length.
+EVAL_LENGTH_SUFFIX = "_response_length"
+
+
+def eval_reward_keys(keys) -> list[str]:
+    """The eval/<name> reward metrics among `keys` (what the lab plots as held-out reward)."""
+    return sorted(k for k in keys if k.startswith("eval/") and not k.endswith(EVAL_LENGTH_SUFFIX))
+
+
 SHOWN = ("rollout/raw_reward", "train/pg_loss", "train/train_rollout_kl", "train/grad_norm",
          "perf/step_time")
 
