@@ -92,3 +92,14 @@ def test_a_dropped_file_is_plotted_and_a_bad_one_is_named_by_line_in_chinese(new
     assert "broken.jsonl" in error and "第 3 行" in error, error
     page.lab.errors.clear()  # Chromium logs the 422 as a failed resource load
     assert_clean(page)
+
+
+def test_a_file_from_before_the_timeline_says_it_has_none_and_still_plots_mfu(new_page):
+    page = new_page()
+    page.locator('[data-goto="step-6"]').first.click()
+    page.set_input_files("#run-file", str(FIXTURE.parent / "gpu_loop_before_timeline.jsonl"))
+    wait_until(page, "document.querySelector('#run-charts').dataset.plotted !== undefined")
+    got = _plotted(page)
+    assert got["absent"] == ["phases"] and got["bars"] == []
+    assert got["series"]["mfu:perf/mfu"] > 0
+    assert_clean(page)

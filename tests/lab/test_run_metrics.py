@@ -95,3 +95,15 @@ def test_a_file_above_the_run_metrics_cap_is_a_413_before_reading(client):
     res = client.post("/api/run-metrics", content=b"{}",
                       headers={"content-type": "application/json", "content-length": str(RUN_METRICS_MAX_BYTES + 1)})
     assert res.status_code == 413 and res.json()["detail"][0]["type"] == "input.too_large"
+
+
+def test_a_resumed_gpu_runs_file_from_before_the_timeline_plots_its_mfu_without_bars(client):
+    """A real H200 run (tools/run_gpu_loop.sh) written before phase/* existed, resumed into the same file."""
+    path = FIXTURE.parent / "gpu_loop_before_timeline.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    last = {r["step"]: r for r in lines}  # a repeated step: its last line
+    got = _post(client, path.read_text()).json()
+    assert got["steps"] == sorted(last) and len(got["steps"]) < len(lines)
+    (mfu,) = got["charts"]["mfu"]
+    assert mfu["points"] == [[s, last[s]["perf/mfu"]] for s in sorted(last) if "perf/mfu" in last[s]]
+    assert got["phases"]["bars"] == []
