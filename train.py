@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import sys
-import time
 
 
 def main(argv: list[str]) -> None:
@@ -21,6 +20,7 @@ def main(argv: list[str]) -> None:
     from slime.metrics import MetricsLogger, dump_rollout
     from slime.ray.runtime import Runtime
     from slime.rollout.staleness import staleness_metrics
+    from slime.timeline import book_rollout
 
     try:
         cfg = parse_args(argv)
@@ -28,30 +28,41 @@ def main(argv: list[str]) -> None:
         sys.exit(f"slime: {e}")
     rt = Runtime.start(cfg)  # pre-flight checks run before Ray reserves anything
     log = MetricsLogger(cfg.log.output_dir, cfg.log.use_tensorboard, rt.num_rollout)
+    clock = rt.timeline  # where each second of a step goes (slime/timeline.py): phase/* in metrics.jsonl
     try:
         last = rt.num_rollout - 1
         if rt.start_rollout_id == 0 and eval_due(cfg.eval, -1, last, before_train=True):
-            log.log(0, -1, rt.evaluate(-1))
+            clock.reset()
+            with clock.phase("eval"):
+                metrics = rt.evaluate(-1)
+            log.log(0, -1, {**metrics, **clock.metrics()})
         for rollout_id in range(rt.start_rollout_id, rt.num_rollout):
-            t0 = time.monotonic()
-            samples, metrics = rt.generate(rollout_id)             # rollout + reward
+            clock.reset()
+            with clock.phase("rollout"):
+                samples, metrics = rt.generate(rollout_id)         # rollout + reward
+            book_rollout(clock, metrics)
             if cfg.log.save_debug_rollout_data:
                 dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
             records = rt.build_records(samples)                    # group-normalized advantages
             metrics.update(staleness_metrics(samples, rt.version))  # > 0 only with --update-weights-interval > 1
-            metrics.update(rt.train(records))                      # optimizer steps, version += 1
+            with clock.phase(None):                                # books the trainer's own sub-phases
+                metrics.update(rt.train(records))                  # optimizer steps, version += 1
             rt.ack(rollout_id)                                     # straw queue: trained, drop it
-            if rt.sync_due(rollout_id):                            # --update-weights-interval
-                metrics["perf/sync_time"] = rt.sync_weights()      # trainer -> engines
-            else:                                                  # colocated: hand the GPUs back, no push
-                rt.sync_weights(push=False)
+            with clock.phase("sync"):                              # engines' onload, trainer's offload inside
+                if rt.sync_due(rollout_id):                        # --update-weights-interval
+                    metrics["perf/sync_time"] = rt.sync_weights()  # trainer -> engines
+                else:                                              # colocated: hand the GPUs back, no push
+                    rt.sync_weights(push=False)
             metrics.update({f"memory/{k}": v for k, v in rt.last_offload.items()})  # colocated: after offload
             if eval_due(cfg.eval, rollout_id, last):
-                metrics.update(rt.evaluate(rollout_id))
+                with clock.phase("eval"):
+                    metrics.update(rt.evaluate(rollout_id))
             if rt.save_due(rollout_id):
-                rt.save(rollout_id)
-            metrics["perf/step_time"] = time.monotonic() - t0
+                with clock.phase("checkpoint"):
+                    rt.save(rollout_id)
+            metrics.update(clock.metrics())                        # phase/* and perf/step_time
             log.log(rollout_id + 1, rollout_id, metrics)
+        print(log.summary(), flush=True)                           # names the largest phase
     finally:
         log.close()
         rt.shutdown()

@@ -16,7 +16,6 @@ mid-rollout is restarted on its own queue and the rollout loses and repeats noth
 from __future__ import annotations
 
 import sys
-import time
 
 
 def main(argv: list[str]) -> None:
@@ -39,35 +38,48 @@ def main(argv: list[str]) -> None:
         sys.exit(f"slime: {e}")
     rt = Runtime.start(cfg)
     log = MetricsLogger(cfg.log.output_dir, cfg.log.use_tensorboard, rt.num_rollout)
+    # The step's timeline (slime/timeline.py). Rollout and reward run during the previous step's
+    # training here: phase/rollout is the time the loop waits for them, phase/reward stays 0.
+    clock = rt.timeline
     try:
         last = rt.num_rollout - 1
         if rt.start_rollout_id == 0 and eval_due(cfg.eval, -1, last, before_train=True):
-            log.log(0, -1, rt.evaluate(-1))
+            clock.reset()
+            with clock.phase("eval"):
+                metrics = rt.evaluate(-1)
+            log.log(0, -1, {**metrics, **clock.metrics()})
         in_flight = rt.generate_async(rt.start_rollout_id) if rt.num_rollout > rt.start_rollout_id else None
         for rollout_id in range(rt.start_rollout_id, rt.num_rollout):
-            t0 = time.monotonic()
-            samples, metrics = ray.get(in_flight)
-            in_flight = None
-            if cfg.rollout.max_weight_staleness is not None:     # drop + count stale groups, refill fresh
-                samples, metrics = rt.regenerate_stale(rollout_id, samples, metrics)
+            clock.reset()
+            with clock.phase("rollout"):
+                samples, metrics = ray.get(in_flight)
+                in_flight = None
+                if cfg.rollout.max_weight_staleness is not None:  # drop + count stale groups, refill fresh
+                    samples, metrics = rt.regenerate_stale(rollout_id, samples, metrics)
             metrics.update(staleness_metrics(samples, rt.version))
             if rollout_id < last:
                 in_flight = rt.generate_async(rollout_id + 1)      # next rollout runs during training
             if cfg.log.save_debug_rollout_data:
                 dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
             records = rt.build_records(samples)
-            metrics.update(rt.train(records))                      # version += 1
+            with clock.phase(None):                                # books the trainer's own sub-phases
+                metrics.update(rt.train(records))                  # version += 1
             rt.ack(rollout_id)                                     # straw queue: trained, drop it
             if rt.sync_due(rollout_id):
                 if in_flight is not None:
-                    ray.wait([in_flight])                          # no request may run across a sync
-                metrics["perf/sync_time"] = rt.sync_weights()
+                    with clock.phase("rollout"):
+                        ray.wait([in_flight])                      # no request may run across a sync
+                with clock.phase("sync"):
+                    metrics["perf/sync_time"] = rt.sync_weights()
             if eval_due(cfg.eval, rollout_id, last):
-                metrics.update(rt.evaluate(rollout_id))
+                with clock.phase("eval"):
+                    metrics.update(rt.evaluate(rollout_id))
             if rt.save_due(rollout_id):
-                rt.save(rollout_id)
-            metrics["perf/step_time"] = time.monotonic() - t0
+                with clock.phase("checkpoint"):
+                    rt.save(rollout_id)
+            metrics.update(clock.metrics())                        # phase/* and perf/step_time
             log.log(rollout_id + 1, rollout_id, metrics)
+        print(log.summary(), flush=True)                           # names the largest phase
     finally:
         log.close()
         rt.shutdown()

@@ -10,7 +10,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from lab import api, api_workspace, docs_route, guard, messages, page
+from lab import api, api_runs, api_workspace, docs_route, guard, messages, page
 from lab.body import MAX_BODY_BYTES, request_lang
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -44,6 +44,7 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (), openapi
 
     app.include_router(api.router)
     app.include_router(api_workspace.router)
+    app.include_router(api_runs.router)
     app.include_router(page.router)
     app.include_router(docs_route.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -22,6 +22,14 @@ from lab import messages
 from lab.safe_json import JSONInputError, loads
 
 MAX_BODY_BYTES = 1_000_000  # an experiment is a few KiB, a workspace with full history a few 100 KiB
+# A run's metrics.jsonl (POST /api/run-metrics) is about 2 KB a step: room for some 15,000 steps.
+RUN_METRICS_MAX_BYTES = 32_000_000
+BODY_LIMITS = {"/api/run-metrics": RUN_METRICS_MAX_BYTES}  # routes whose bodies may exceed MAX_BODY_BYTES
+
+
+def body_limit(path: str) -> int:
+    """The body cap of a request path (the guard refuses a larger Content-Length up front)."""
+    return BODY_LIMITS.get(path, MAX_BODY_BYTES)
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -61,10 +69,10 @@ async def read_bytes(request: Request, lang: str, limit: int = MAX_BODY_BYTES) -
     return b"".join(chunks)
 
 
-async def read_json(request: Request, model: type[M], lang: str | None = None) -> M:
+async def read_json(request: Request, model: type[M], lang: str | None = None, limit: int = MAX_BODY_BYTES) -> M:
     """The body as `model` (413 / 400 / 422 as described above)."""
     lang = lang or request_lang(request)
-    raw = await read_bytes(request, lang)
+    raw = await read_bytes(request, lang, limit)
     try:
         data = loads(raw)
     except JSONInputError as exc:

@@ -6,8 +6,8 @@
 - Origin: a request that carries an Origin must come from the lab's own page (403).
 - POST bodies must be `application/json` (415): a cross-site form or `text/plain` fetch cannot be
   sent as JSON without a CORS preflight, which the lab never grants.
-- Content-Length above the cap is refused before reading (413); chunked bodies are capped by the
-  body reader (lab/body.py) as they stream.
+- Content-Length above the route's cap (lab/body.py `body_limit`: 1 MB; more for a run's metrics file)
+  is refused before reading (413); chunked bodies are capped by the body reader (lab/body.py) as they stream.
 - Every answer carries a Content-Security-Policy (the page's own origin only), X-Frame-Options: DENY,
   X-Content-Type-Options: nosniff and Referrer-Policy: no-referrer.
 
@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lab import messages
-from lab.body import MAX_BODY_BYTES, lang_of
+from lab.body import body_limit, lang_of
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
@@ -105,8 +105,9 @@ class Guard:
             if ctype != "application/json":
                 return 415, "input.content_type", {"got": ctype or "no Content-Type"}
             length = headers.get(b"content-length", b"").decode("latin-1")
-            if length.isdigit() and int(length) > MAX_BODY_BYTES:
-                return 413, "input.too_large", {"size": int(length), "limit": MAX_BODY_BYTES}
+            limit = body_limit(scope["path"])
+            if length.isdigit() and int(length) > limit:
+                return 413, "input.too_large", {"size": int(length), "limit": limit}
         return None
 
     async def _answer(self, send: Send, status: int, key: str, params: dict[str, Any], lang: str) -> None:

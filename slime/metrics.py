@@ -2,7 +2,8 @@
 `step` and `rollout_id`), and TensorBoard when installed and asked for.
 
 Prefixes: rollout/ (samples and rewards), train/ (loss terms, grad norm, train/rollout KL),
-eval/<name> (mean held-out reward), perf/ (phase times, tokens/s).
+eval/<name> (mean held-out reward), perf/ (phase times, tokens/s), phase/<name> (the step's
+timeline in seconds, slime/timeline.py: the phases add up to perf/step_time).
 """
 
 from __future__ import annotations
@@ -11,6 +12,17 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+
+from slime.timeline import PREFIX, format_summary, run_summary
+
+# eval/<name> is the mean held-out reward, eval/<name>_response_length the mean response length.
+EVAL_LENGTH_SUFFIX = "_response_length"
+
+
+def eval_reward_keys(keys) -> list[str]:
+    """The eval/<name> reward metrics among `keys` (what the lab plots as held-out reward)."""
+    return sorted(k for k in keys if k.startswith("eval/") and not k.endswith(EVAL_LENGTH_SUFFIX))
+
 
 SHOWN = ("rollout/raw_reward", "train/pg_loss", "train/train_rollout_kl", "train/grad_norm",
          "perf/step_time")
@@ -35,6 +47,7 @@ class MetricsLogger:
         self.tb = None
         self.total = total_steps
         self.t0 = time.monotonic()
+        self.timed: list[dict[str, float]] = []  # each step's phase/* and perf/step_time, for summary()
         if output_dir:
             Path(output_dir).mkdir(parents=True, exist_ok=True)
             self.path = Path(output_dir) / "metrics.jsonl"
@@ -49,6 +62,7 @@ class MetricsLogger:
     def log(self, step: int, rollout_id: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, "rollout_id": rollout_id, "time": round(time.monotonic() - self.t0, 3),
                   **{k: (float(v) if isinstance(v, (int, float)) else v) for k, v in metrics.items()}}
+        self.timed.append({k: v for k, v in record.items() if k.startswith(PREFIX) or k == "perf/step_time"})
         if self.path:
             with self.path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -64,6 +78,10 @@ class MetricsLogger:
         shown = [k for k in SHOWN if k in metrics] + sorted(k for k in metrics if k.startswith("eval/"))
         parts = [f"{k.split('/', 1)[1]}={metrics[k]:.4g}" for k in shown]
         return f"[slime] {progress} " + " ".join(parts)
+
+    def summary(self) -> str:
+        """The run summary the loop prints at its end: time per phase over all steps, the largest named."""
+        return format_summary(run_summary(self.timed))
 
     def close(self) -> None:
         if self.tb:

@@ -8,6 +8,7 @@ import { $, $$, esc, fieldLabel, findingHTML, tr, ui } from "./util.js";
 import { drawCommands, drawDerived, drawDiag, drawLayout, drawMemory, drawServing } from "./draw_setup.js";
 import { drawAB, drawImage, drawProvenance, drawRepairs } from "./draw_panels.js";
 import { drawWalk, openWalk, walkGoTo, walkPlay, walkStep } from "./walk.js";
+import { bindRunPlot, drawRunPlot } from "./runplot.js";
 
 const STORE_KEY = "slime-lab.workspace";
 const LANG_KEY = "slime-lab.lang";
@@ -51,6 +52,7 @@ function applyLocale() {
   state.cache = {};
   if (state.view) draw(state.view);
   drawWalk();
+  drawRunPlot();
 }
 
 async function setLang(lang) {
@@ -482,6 +484,7 @@ function bindEvents() {
   $("#walk-play").addEventListener("click", walkPlay);
   for (const b of $$(".walk-stage")) b.addEventListener("click", () => { walkGoTo(Number(b.dataset.walk) - 1); });
   $("#walk-adopt").addEventListener("click", async () => { if (await send({ type: "adopt_grpo" })) toast(tr("walk_adopted")); });
+  bindRunPlot(); // step 6: plot a run's metrics.jsonl (lab/static/runplot.js)
   // The nav shows where you are.
   const links = new Map($$(".steps a[data-goto]").map((a) => [a.dataset.goto, a]));
   const io = new IntersectionObserver((entries) => {

@@ -12,6 +12,7 @@ from typing import Any
 
 from slime.config import Config
 from slime.refusals import declare, message_of
+from slime.timeline import PhaseClock, pop_phases
 
 _R = declare("preflight", {
     "ref_load_unconverted": "--ref-load {path}: no {marker}; convert the HF checkpoint first "
@@ -171,6 +172,7 @@ class Runtime:
     last_offload: dict = field(default_factory=dict)  # memory figures of the last offload (GiB)
     unregistered: set = field(default_factory=set)
     critics: list = field(default_factory=list)  # CriticActor per trainer rank (--advantage-estimator ppo)
+    timeline: PhaseClock = field(default_factory=PhaseClock)  # this step's phases (slime/timeline.py)
 
     @classmethod
     def start(cls, cfg: Config) -> "Runtime":
@@ -392,10 +394,12 @@ class Runtime:
             self.train_pending = True
         if c.colocate and c.offload_rollout:  # the pool goes to the trainer: engines release memory
             mem.update(self._engine_memory("rollout"))
-            self.sync.release_engines()
+            with self.timeline.phase("offload"):
+                self.sync.release_engines()
             self.engines_released = True
         if c.offload_train and self.trainer_offloaded:
-            mem.update(ray.get([t.onload.remote() for t in [*self.trainers, *self.critics]])[0])
+            with self.timeline.phase("onload"):
+                mem.update(ray.get([t.onload.remote() for t in [*self.trainers, *self.critics]])[0])
             self.trainer_offloaded = False
         ray.get([t.memory.remote(reset_peak=True) for t in self.trainers])
         ppo_metrics = self._set_ppo_targets(records) if self.critics else {}
@@ -404,6 +408,9 @@ class Runtime:
         jobs += [a.train.remote(records, self.steps_per_rollout) for a in self.critics]
         results = ray.get(jobs)
         metrics = results[0]
+        self.timeline.absorb(pop_phases(metrics))  # rank 0's sub-phases (ranks run them side by side)
+        for other in results[1:]:
+            pop_phases(other)
         if self.critics:
             metrics.update(results[len(self.trainers)])
             metrics.update(ppo_metrics)
@@ -480,7 +487,8 @@ class Runtime:
         c = self.cfg.cluster
         with self.sync.lock:
             if self.engines_released:
-                self.sync.resume_engines()
+                with self.timeline.phase("onload"):
+                    self.sync.resume_engines()
                 self.engines_released = False
             if not push or self.sync.version == self.version:
                 took = 0.0
@@ -495,7 +503,8 @@ class Runtime:
                 self.unregistered.clear()
         if c.offload_train and not self.trainer_offloaded:
             try:
-                got = ray.get([t.offload.remote() for t in [*self.trainers, *self.critics]])
+                with self.timeline.phase("offload"):
+                    got = ray.get([t.offload.remote() for t in [*self.trainers, *self.critics]])
                 self.last_offload = {**got[0], **(got[len(self.trainers)] if self.critics else {})}
                 self.trainer_offloaded = True
             except Exception as e:  # noqa: BLE001 - keep training resident, say so once

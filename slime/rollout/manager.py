@@ -519,6 +519,8 @@ class RolloutManager:
         return group
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
+        from slime.metrics import EVAL_LENGTH_SUFFIX
+
         out = {}
         n = self.eval_cfg.n_samples_per_prompt
         for name, records in self.eval_sets.items():
@@ -530,7 +532,7 @@ class RolloutManager:
                 raise ValueError("--group-rm is not supported in evaluation; use --rm-type for eval")
             scorer.score(samples, n)
             out[f"eval/{name}"] = sum(s.reward for s in samples) / max(len(samples), 1)
-            out[f"eval/{name}_response_length"] = sum(s.response_length for s in samples) / max(len(samples), 1)
+            out[f"eval/{name}{EVAL_LENGTH_SUFFIX}"] = sum(s.response_length for s in samples) / max(len(samples), 1)
         return out
 
     # -- engines (colocated phases) --------------------------------------------------------------

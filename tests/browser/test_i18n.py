@@ -19,7 +19,7 @@ ALLOWED = {
     "GLM", "GLM-4-9B", "SGLang", "TP", "PP", "CP", "EP", "DP", "ZeRO", "FP8", "FP32", "BF16", "INT4", "E4M3", "Ray",
     "experiment.sh", "experiment.json", "serving-reference.sh", "rayjob.yaml", "JSON", "JSONL", "GPU", "CPU", "Adam",
     "GRPO", "GSPO", "CISPO", "PPO", "REINFORCE", "TIS", "IcePop", "R3", "SC", "PD", "HiCache", "EAGLE", "MTP",
-    "RDMA", "HF", "KV", "ID", "RL", "cuBLAS", "straw", "torch_dist", "deepscaler", "dapo", "gpqa", "bash", "RUNTIME", "remote_rm", "boxed_math", "dr_grpo", "math", "f1", "Megatron",
+    "RDMA", "HF", "KV", "ID", "RL", "MFU", "cuBLAS", "straw", "torch_dist", "deepscaler", "dapo", "gpqa", "bash", "RUNTIME", "remote_rm", "boxed_math", "dr_grpo", "math", "f1", "Megatron",
     "Mooncake", "Serving", "Prompt", "prompt", "label", "rollout", "Rollout", "Partial", "chat", "template",
     "Advantage", "top-k", "dtype", "checkpoint", "Checkpoint", "beta", "Prefill", "Decode", "prefill",
     "decode", "hook", "Agent", "slime", "Quick", "Start", "English", "A", "B", "GiB", "GB", "N_actor",

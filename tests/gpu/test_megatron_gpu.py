@@ -268,3 +268,21 @@ def test_megatron_trains_sc_advantages_from_its_own_old_log_probs(tiny, converte
     record("megatron_sc", {"advantages": [r.advantage for r in recs], "expected": want})
     assert [r.advantage for r in recs] == pytest.approx(want, rel=1e-4, abs=1e-5)
     assert m["train/pg_clipfrac"] == 0.0
+
+
+def test_megatron_train_reports_its_sub_phases_inside_its_own_time(tiny, converted):
+    """The phase timeline's trainer part (slime/timeline.py): old and reference log-probs, packing,
+    forward/backward and the optimizer step, each timed after the GPU's queued kernels, all within
+    the trainer's own perf/train_seconds."""
+    from slime.timeline import TRAINER_PHASES
+
+    tr = _trainer(tiny, converted, lr=1e-4, kl=True, dynamic=4096)
+    recs = _records(8, [64, 200], prompt_len=16)
+    for i, r in enumerate(recs):
+        r.advantage = 1.0 if i % 2 else -1.0
+        r.rollout_log_probs = [-6.9] * r.response_len
+    m = tr.train(recs, 1)
+    phases = {p: m[f"phase/{p}"] for p in TRAINER_PHASES}
+    record("megatron_sub_phases", {**phases, "train_seconds": m["perf/train_seconds"]})
+    assert all(v > 0 for v in phases.values()), phases
+    assert sum(phases.values()) <= m["perf/train_seconds"]

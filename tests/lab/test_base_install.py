@@ -33,6 +33,7 @@ view = client.post("/api/workspace", json={{"workspace": None, "action": {{"type
 assert view.status_code == 200, view.text
 assert "experiment.sh" in view.json()["files"]
 example = client.get("/api/grpo-example").json()
+assert client.post("/api/run-metrics", json={{"text": '{{"step": 1, "phase/rollout": 1.0, "perf/step_time": 1.0}}'}}).status_code == 200
 print(example)
 """
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

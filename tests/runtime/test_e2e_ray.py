@@ -3,6 +3,8 @@ resume, and failures that name their cause."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -25,10 +27,25 @@ def _prompt_ids(pattern: str, rollouts: range) -> list[list[int]]:
     return ids
 
 
-def _run(argv: list[str], entry: str = "train") -> None:
+def _run(argv: list[str], entry: str = "train") -> str:
+    """Run the loop in this process; returns what it printed (the run summary is its end)."""
     import importlib
 
-    importlib.import_module(entry).main(argv)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        importlib.import_module(entry).main(argv)
+    return printed.getvalue()
+
+
+def _assert_phases_add_up(rows: list[dict]) -> None:
+    """Every step has every phase of the timeline, none negative, adding up to the step time within 5 %."""
+    from slime.timeline import PHASES
+
+    for r in rows:
+        phases = {p: r[f"phase/{p}"] for p in PHASES}
+        assert all(v >= 0.0 for v in phases.values()), (r["step"], phases)
+        total = sum(phases.values())
+        assert abs(total - r["perf/step_time"]) <= 0.05 * r["perf/step_time"], (r["step"], total, r["perf/step_time"])
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +53,39 @@ def uninterrupted(tiny, ray_cluster, tmp_path_factory):
     """4 rollouts straight through, with eval, save and the debug dump of every rollout."""
     out = tmp_path_factory.mktemp("full")
     dump = str(out / "rollouts" / "{rollout_id}.jsonl")
-    _run(tiny_flags(tiny, out, "--num-rollout", "4", "--eval-interval", "2", "--eval-prompt-data", "held_out",
-                    str(tiny["eval"]), "--save", str(out / "ckpt"), "--save-interval", "2",
-                    "--save-debug-rollout-data", dump, "--use-kl-loss", "--kl-loss-coef", "0.001"))
+    printed = _run(tiny_flags(tiny, out, "--num-rollout", "4", "--eval-interval", "2", "--eval-prompt-data",
+                              "held_out", str(tiny["eval"]), "--save", str(out / "ckpt"), "--save-interval", "2",
+                              "--save-debug-rollout-data", dump, "--use-kl-loss", "--kl-loss-coef", "0.001"))
+    (out / "printed.txt").write_text(printed)
     return out, dump
+
+
+def test_every_step_has_a_phase_timeline_that_adds_up_to_the_step_time(uninterrupted):
+    rows = _metrics(uninterrupted[0])
+    _assert_phases_add_up(rows)
+    assert rows[0]["phase/eval"] > 0 and rows[0]["phase/rollout"] == 0  # step 0: the eval before training
+    for r in rows[1:]:  # each phase is timed where it runs: the loop, the runtime, the trainer rank
+        for p in ("rollout", "reward", "old_log_probs", "ref_log_probs", "packing", "train_fwd_bwd",
+                  "train_optimizer", "sync"):
+            assert r[f"phase/{p}"] > 0, (r["step"], p)
+        # the trainer's sub-phases ran inside the runtime's train call
+        trainer = sum(r[f"phase/{p}"] for p in ("old_log_probs", "ref_log_probs", "packing", "train_fwd_bwd",
+                                                "train_optimizer"))
+        assert trainer <= r["perf/train_time"]
+    assert [r["step"] for r in rows if r["phase/checkpoint"] > 0] == [2, 4]  # --save-interval 2
+    assert [r["step"] for r in rows if r["phase/eval"] > 0] == [0, 2, 4]
+
+
+def test_run_summary_names_the_largest_phase(uninterrupted):
+    from slime.timeline import PHASES, run_summary
+
+    rows = _metrics(uninterrupted[0])
+    printed = (uninterrupted[0] / "printed.txt").read_text()
+    summary = run_summary(rows)
+    totals = {p: sum(r[f"phase/{p}"] for r in rows) for p in PHASES}
+    assert summary["largest"] == max(totals, key=totals.get)
+    assert f"largest phase: {summary['largest']} (" in printed
+    assert "run summary: 5 steps" in printed
 
 
 def test_metrics_jsonl_holds_one_line_per_step_with_every_prefix(uninterrupted):
@@ -98,6 +144,8 @@ def test_colocated_mode_with_two_ddp_ranks_runs_a_step(tiny, ray_cluster, tmp_pa
     _run(flags)
     (row,) = _metrics(tmp_path)
     assert row["rollout/num_samples"] == 16 and "train/pg_loss" in row and row["perf/sync_time"] > 0
+    _assert_phases_add_up([row])  # colocated: the engines' release (offload) and resume (onload) are timed
+    assert row["phase/offload"] > 0 and row["phase/onload"] > 0
 
 
 def test_fully_async_runs_with_one_step_of_staleness(tiny, ray_cluster, tmp_path):
@@ -105,6 +153,8 @@ def test_fully_async_runs_with_one_step_of_staleness(tiny, ray_cluster, tmp_path
     rows = _metrics(tmp_path)
     assert [r["rollout_id"] for r in rows] == [0, 1]
     assert rows[0]["rollout/staleness_mean"] == 0 and rows[1]["rollout/staleness_mean"] == 1
+    _assert_phases_add_up(rows)  # rollout overlaps training here: phase/rollout is the loop's wait for it
+    assert all(r["phase/reward"] == 0 and r["phase/train_fwd_bwd"] > 0 for r in rows)
 
 
 def test_async_staleness_limit_0_drops_and_counts_where_1_keeps(tiny, ray_cluster, tmp_path):

@@ -14,6 +14,7 @@ from slime.backends.embedded.model import load_model, pick_device
 from slime.backends.embedded.weights import named_weights
 from slime.config import BatchConfig, LossConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.timeline import PhaseClock, trainer_metrics
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
@@ -90,6 +91,8 @@ class EmbeddedTrainer:
                                            eps=optim.adam_eps, weight_decay=optim.weight_decay)
         self.lr_schedule = lr_schedule.from_optim(optim)
         self.steps_taken = 0  # optimizer steps so far (the LR schedule's clock; restored on resume)
+        # Sub-phases of train() (slime/timeline.py); on a GPU each reading waits for queued kernels.
+        self.clock = PhaseClock(torch.cuda.synchronize if self.device.type == "cuda" else None)
 
     def resume_lr_schedule(self) -> None:
         """After loading AdamW state (--load): continue the schedule at the saved step count."""
@@ -114,12 +117,15 @@ class EmbeddedTrainer:
         take their shard). Old log-probs are the trainer's own, computed before the first step
         (or the engine's with --use-rollout-logprobs). Each step's loss is aggregated over the
         step's whole batch (slime/training/loss.py): micro-batching and ranks do not change it."""
+        self.clock.reset()
         cap = self.batch_cfg.max_tokens_per_gpu if self.batch_cfg.use_dynamic_batch_size else None
         plan = []
-        for step in split_steps(records, num_steps):
-            shard = rank_shard(step, self.rank, self.world_size, self.batch_cfg.balance_data)
-            denom = step_denominator([r.response_mask for r in step], self.fn_cfg.agg, self.fn_cfg.max_response_len)
-            plan.append((micro_batches(shard, self.batch_cfg.micro_batch_size, cap), denom))
+        with self.clock.phase("packing"):
+            for step in split_steps(records, num_steps):
+                shard = rank_shard(step, self.rank, self.world_size, self.batch_cfg.balance_data)
+                denom = step_denominator([r.response_mask for r in step], self.fn_cfg.agg,
+                                         self.fn_cfg.max_response_len)
+                plan.append((micro_batches(shard, self.batch_cfg.micro_batch_size, cap), denom))
         # The PPO "old" policy is the one that existed before this rollout's first update.
         all_olds = [[self._old(mb) for mb in mbs] for mbs, _ in plan]
         if self.loss_cfg.use_sc:
@@ -129,14 +135,16 @@ class EmbeddedTrainer:
         for (mbs, denom), olds in zip(plan, all_olds):
             self.optimizer.zero_grad(set_to_none=True)
             metrics = self.accumulate_grads(mbs, olds, denom)
-            metrics["train/grad_norm"] = float(
-                torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.clip_grad))
-            metrics["train/lr"] = self._set_lr()
-            self.optimizer.step()
+            with self.clock.phase("train_optimizer"):
+                metrics["train/grad_norm"] = float(
+                    torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.optim_cfg.clip_grad))
+                metrics["train/lr"] = self._set_lr()
+                self.optimizer.step()
             self.steps_taken += 1
             for key, v in metrics.items():
                 sums[key] = sums.get(key, 0.0) + v
-        return self._reduce_over_ranks({k: v / max(len(plan), 1) for k, v in sums.items()})
+        out = self._reduce_over_ranks({k: v / max(len(plan), 1) for k, v in sums.items()})
+        return {**out, **trainer_metrics(self.clock)}  # this rank's times: not summed over ranks
 
     def accumulate_grads(self, mbs: list[list[TrainRecord]], olds: list, denominator: float) -> dict[str, float]:
         """Backward over one step's micro-batches (this rank's): each adds its share of the step's
@@ -145,7 +153,7 @@ class EmbeddedTrainer:
         for k, (mb, (old, ref)) in enumerate(zip(mbs, olds)):
             last = k == len(mbs) - 1
             sync = contextlib.nullcontext() if last or self.world_size == 1 else self.model.no_sync()
-            with sync:
+            with sync, self.clock.phase("train_fwd_bwd"):
                 loss, metrics = self._micro_loss(mb, old, ref, denominator)
                 (loss * self.world_size).backward()
             for key, v in metrics.items():
@@ -199,20 +207,24 @@ class EmbeddedTrainer:
             r.token_advantages = v
 
     def _old(self, mb: list[TrainRecord]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        p = pad_records(mb, self.pad_id, self.device)
+        with self.clock.phase("packing"):
+            p = pad_records(mb, self.pad_id, self.device)
         with torch.no_grad():
             if self.loss_cfg.use_rollout_logprobs:
                 old = p.rollout_log_probs
             else:
-                old = gather_log_probs(self._logits(self.module, p), p.tokens[:, 1:], self.loss_cfg.temperature)
+                with self.clock.phase("old_log_probs"):
+                    old = gather_log_probs(self._logits(self.module, p), p.tokens[:, 1:], self.loss_cfg.temperature)
             ref = None
             if self.ref is not None:
-                ref = gather_log_probs(self._logits(self.ref, p), p.tokens[:, 1:], self.loss_cfg.temperature)
+                with self.clock.phase("ref_log_probs"):
+                    ref = gather_log_probs(self._logits(self.ref, p), p.tokens[:, 1:], self.loss_cfg.temperature)
         return old, ref
 
     def _micro_loss(self, mb: list[TrainRecord], old: torch.Tensor, ref: torch.Tensor | None,
                     denominator: float | None = None):
-        p = pad_records(mb, self.pad_id, self.device)
+        with self.clock.phase("packing"):  # inside train_fwd_bwd: booked as packing only
+            p = pad_records(mb, self.pad_id, self.device)
         logits = self._logits(self.model, p)
         lp = gather_log_probs(logits, p.tokens[:, 1:], self.loss_cfg.temperature)
         ent = entropy_from_logits(logits, self.loss_cfg.temperature)

@@ -40,6 +40,7 @@ from slime.backends.megatron.model_args import (
 )
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.timeline import PhaseClock, trainer_metrics
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
 from slime.training.loss import LossConfig as LossFnConfig
@@ -201,6 +202,8 @@ class MegatronTrainer:
         self.config.grad_scale_func = self.optimizer.scale_loss
         self.iteration = 0
         self.ref_state: dict[str, torch.Tensor] | None = None
+        # Sub-phases of train() (slime/timeline.py); each reading waits for the queued kernels.
+        self.clock = PhaseClock(torch.cuda.synchronize if torch.cuda.is_available() else None)
 
         # Weights: --load (resume) > --ref-load > --hf-checkpoint (checked against the spec above).
         if model.load and Path(model.load, "latest_checkpointed_iteration.txt").exists():
@@ -303,8 +306,9 @@ class MegatronTrainer:
 
     def _packs(self, records: list[TrainRecord]) -> list[Pack]:
         cap = self.batch_cfg.max_tokens_per_gpu if self.batch_cfg.use_dynamic_batch_size else None
-        return [build_pack(mb, self.device, self._pad_to())
-                for mb in micro_batches(records, self.batch_cfg.micro_batch_size, cap)]
+        with self.clock.phase("packing"):
+            return [build_pack(mb, self.device, self._pad_to())
+                    for mb in micro_batches(records, self.batch_cfg.micro_batch_size, cap)]
 
     def _from_last_stage(self, obj: Any) -> Any:
         """Share a Python object computed on the last pipeline stage with the whole PP group."""
@@ -324,6 +328,10 @@ class MegatronTrainer:
         passes the same records; each computes them; no DP split here)."""
         if use_ref and self.ref_state is None:
             raise ValueError("no reference weights: enable --use-kl-loss (and --ref-load)")
+        with self.clock.phase("ref_log_probs" if use_ref else "old_log_probs"):  # packing inside: its own phase
+            return self._log_probs(records, use_ref)
+
+    def _log_probs(self, records: list[TrainRecord], use_ref: bool) -> list[list[float]]:
         self.model.eval()
         backup = None
         if use_ref:
@@ -349,6 +357,7 @@ class MegatronTrainer:
         """``num_steps`` optimizer steps over this rollout's records (same contract as the
         embedded trainer: old log-probs are taken before the first update)."""
         t0 = time.time()
+        self.clock.reset()
         # This DP rank's records per optimizer step. Old (and reference) log-probs are computed
         # before the first update, shard by shard with the packs training will use, so at the
         # first micro-batch the ratio is exactly 1.
@@ -387,8 +396,9 @@ class MegatronTrainer:
         for shard, denom in zip(plan, denoms):
             step_metrics = self.accumulate_grads(shard, denom, olds, refs)
             lr = float(self.optimizer.param_groups[0]["lr"])
-            ok, grad_norm, _ = self.optimizer.step()
-            self.scheduler.step(increment=1)
+            with self.clock.phase("train_optimizer"):
+                ok, grad_norm, _ = self.optimizer.step()
+                self.scheduler.step(increment=1)
             self.iteration += 1
             for m in step_metrics:  # shares of the step's aggregates: they add up
                 for k, v in m.items():
@@ -403,7 +413,7 @@ class MegatronTrainer:
         out = {k: v / max(count, 1) for k, v in sums.items()}
         out = self._sum_over_dp_metrics(out)
         out["perf/train_seconds"] = time.time() - t0
-        return out
+        return {**out, **trainer_metrics(self.clock)}  # this rank's times: not summed over ranks
 
     def accumulate_grads(self, shard: list[TrainRecord], denom: float, olds: dict[int, list[float]] | None,
                          refs: dict[int, list[float]] | None) -> list[dict[str, float]]:
@@ -440,7 +450,8 @@ class MegatronTrainer:
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         self.model.train()
-        self._run(packs, loss_func, forward_only=False)
+        with self.clock.phase("train_fwd_bwd"):
+            self._run(packs, loss_func, forward_only=False)
         mtp = self._mtp_metrics(n_mb)
         if mtp and step_metrics:
             step_metrics.append(mtp)
