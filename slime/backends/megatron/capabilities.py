@@ -1,8 +1,9 @@
 """What the Megatron trainer backend can honour, checked before Ray reserves anything (torch-free:
 slime.args.validate and the lab ask these on machines without megatron-core or a GPU).
 
-That the Ray cluster has GPUs is known only once Ray is up; slime.ray.runtime checks it then
-(TrainBackend.needs_gpu)."""
+TP, PP and EP > 1 run in the Ray loop (every rank takes part in weight sync: export.py), on GPUs
+or, slowly, on the CPU with gloo (cpu.py). CP > 1 needs Transformer Engine's attention, which this
+build cannot use: refused."""
 
 from __future__ import annotations
 
@@ -16,9 +17,6 @@ _R = declare("megatron", {
                         "build does not use; use 1 (TP/PP shard long sequences instead)",
     "dp_whole": "--actor-num-nodes x --actor-num-gpus-per-node = {ranks} trainer ranks is not a multiple of "
                 "TP x PP x CP = {model}; the data-parallel size must be a whole number",
-    "tp_pp_export": "--tensor-model-parallel-size {tp} / --pipeline-model-parallel-size {pp} with train.py: weight "
-                    "sync exports from trainer rank 0 alone, and a TP-merged or per-stage export needs every rank; not "
-                    "wired into the Ray loop yet: use TP = PP = 1 (data parallel over the trainer ranks)",
     "ppo_critic": "--advantage-estimator ppo with --train-backend megatron: the Megatron trainer of this build has "
                   "no critic (value model) to train beside the policy; use grpo, gspo, cispo, dr_grpo, "
                   "reinforce_plus_plus(_baseline), or run ppo with --train-backend embedded",
@@ -49,8 +47,6 @@ def megatron_trainer_errors(cfg) -> list[str]:
     ranks = cfg.cluster.num_trainer_ranks
     if ranks % (tp * pp * cp):
         e.append(_R("dp_whole", ranks=ranks, model=tp * pp * cp))
-    if tp * pp > 1:
-        e.append(_R("tp_pp_export", tp=tp, pp=pp))
     if _bool(m, "enable_mtp_training") and not builds_mtp(m):
         e.append(_R("mtp_training"))
     if "mtp_loss_scaling_factor" in m and not _bool(m, "enable_mtp_training"):

@@ -472,14 +472,22 @@ class MegatronTrainer:
         return dict(zip(keys, self._sum_over_dp([metrics[k] for k in keys])))
 
     # -- weights out -------------------------------------------------------------------------------
-    def export_hf_weights(self, bucket_bytes: int = 512 * 2**20, dtype: torch.dtype = torch.bfloat16
+    def export_hf_weights(self, bucket_bytes: int = 512 * 2**20, dtype: torch.dtype | None = None
                           ) -> Iterator[list[tuple[str, torch.Tensor]]]:
-        """This pipeline stage's weights under HF names, TP-merged, in buckets of <= bucket_bytes
-        (on the GPU; weight sync broadcasts them or moves them to the CPU)."""
-        return mm.bucketed(mm.iter_hf_tensors(self.model, self.flags, dtype=dtype), bucket_bytes)
+        """The whole model's weights under HF names, TP-merged, in buckets of <= bucket_bytes, on
+        global rank 0; every rank must iterate (collectives inside: export.py), the others get
+        nothing. On the training device; weight sync broadcasts them or moves them to the CPU.
+        ``dtype``: bf16 on GPUs (what the engines load); float32, the CPU mode's dtype, on CPU."""
+        from slime.backends.megatron.export import gather_to_rank0, owner_rule
+
+        if dtype is None:
+            dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        local = mm.bucketed(mm.iter_hf_tensors(self.model, self.flags, dtype=dtype), bucket_bytes)
+        return gather_to_rank0(local, owner_rule(), self.device)
 
     def named_weights(self) -> dict[str, torch.Tensor]:
-        """All HF-named weights on the CPU (the embedded trainer's hand-off form)."""
+        """All HF-named weights on the CPU (the embedded trainer's hand-off form) on rank 0, {}
+        on the other ranks; collective."""
         return {n: t.to("cpu") for bucket in self.export_hf_weights() for n, t in bucket}
 
     # -- checkpoints -------------------------------------------------------------------------------
