@@ -74,3 +74,15 @@ def test_megatron_model_parallel_ranks_sync_the_hf_weights_and_train_in_the_ray_
         assert max(rt.sync.last_check.values()) <= cfg.sync.check_tol
     finally:
         rt.shutdown()
+
+
+@pytest.mark.parametrize("entry,extra", [("train", ["--colocate"]), ("train_async", [])], ids=["colocated", "async"])
+def test_train_py_and_train_async_py_run_megatron_at_tp2(tiny, ray_cluster, tmp_path, entry, extra):
+    """The entry points themselves, colocated (train.py) and fully async (train_async.py)."""
+    import importlib
+
+    importlib.import_module(entry).main(_megatron_flags(tiny, tmp_path, "--tensor-model-parallel-size", "2",
+                                                        "--num-rollout", "2", *extra))
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["rollout_id"] for r in rows] == [0, 1]
+    assert rows[0]["train/train_rollout_logp_abs_diff"] <= 1e-5 and rows[0]["train/grad_norm"] > 0
