@@ -20,6 +20,7 @@ class DryRun:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     plan: list = field(default_factory=list)  # slime.ray.placement.Slot
+    layout: list = field(default_factory=list)  # slime.ray.placement.RankLayout (Megatron backend)
     cfg: Config | None = None
 
     @property
@@ -125,6 +126,13 @@ def dry_run(argv: Sequence[str], async_mode: bool = False, environment: bool = T
                                   producers=producer_count(cfg))
     except (ZeroDivisionError, ValueError):  # a layout validate() already refuses has no plan
         out.plan = []
+    if cfg.cluster.train_backend == "megatron":
+        from slime.ray.placement import parallel_layout
+
+        try:
+            out.layout = parallel_layout(cfg.megatron, cfg.cluster.num_trainer_ranks)
+        except ValueError:  # refused by the capability check (dp_whole), which says why
+            out.layout = []
     return out
 
 
@@ -143,6 +151,12 @@ def main(argv: Sequence[str], async_mode: bool = False) -> int:
 
         for module, _, pip in cluster_packages(result.cfg):  # checked here; each node needs it too
             print(f"[slime] the cluster must have {module} installed on every node: pip install {pip}")
+        if result.layout:
+            from slime.ray.placement import format_layout
+
+            print("[slime] Megatron process groups of the trainer ranks (global rank = trainer actor index):")
+            for line in format_layout(result.layout):
+                print(f"  {line}")
     for w in result.warnings:
         print(f"[slime] warning: {w}")
     if result.errors:

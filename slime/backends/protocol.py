@@ -28,8 +28,10 @@ class TrainerBackend(Protocol):
 
     def export_buckets(self, buffer_size: int, device: str = "cpu") -> Iterator[dict[str, Any]]:
         """The weights under the engines' (HF) names, in buckets of <= buffer_size bytes, on
-        `device` ("cpu", or "cuda" for a hand-over without a host copy). Only rank 0's buckets
-        are complete for a sharded model; every rank must iterate (collectives inside)."""
+        `device` ("cpu", or "cuda" for a hand-over without a host copy). A backend whose ranks
+        hold shards sets the class attribute `collective = True`: then every rank iterates
+        (collectives inside), rank 0 gets every tensor once and the others nothing; `log_probs`
+        is then collective too. Without it, rank 0 alone is asked."""
 
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         """Checkpoint under root/iter_NNNNNNN with the runtime `state`; collective."""

@@ -37,8 +37,9 @@ TRAIN_BACKENDS: dict[str, TrainBackend] = {
         critic="slime.backends.embedded.critic:EmbeddedCritic"),
     "megatron": TrainBackend(
         "megatron", "slime.backends.megatron.backend:MegatronBackend",
-        "slime.backends.megatron.capabilities:megatron_trainer_errors", True,
-        "megatron-core GPTModel with TP/PP/EP/DP process groups from the Ray placement; GPUs only"),
+        "slime.backends.megatron.capabilities:megatron_trainer_errors", False,
+        "megatron-core GPTModel with TP/PP/EP/DP process groups from the Ray placement; GPUs (NCCL), or "
+        "CPU float32 with gloo (slow: tests and CI)"),
 }
 
 

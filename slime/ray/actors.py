@@ -88,6 +88,9 @@ class TrainerActor:
         return self.trainer.train(records, num_steps)
 
     def log_probs(self, records, use_ref: bool = False) -> list[list[float]]:
+        """Every rank is called (a collective step for a sharded model); a bystander answers []."""
+        if self._bystander():
+            return []
         return self.trainer.log_probs(records, use_ref)
 
     def offload(self) -> dict[str, float]:
@@ -105,22 +108,35 @@ class TrainerActor:
                 torch.cuda.reset_peak_memory_stats()
         return out
 
-    # -- weight export (rank 0; every rank iterates where the backend's export is collective) -----
+    # -- weight export: WeightSync calls every rank at once; rank 0's result is the export ----------
+    def _bystander(self) -> bool:
+        """A rank other than 0 of a backend whose export and log-probs need no peers (each rank
+        holds the whole model: embedded DDP): nothing to do. A backend with ``collective = True``
+        (Megatron: TP gathers, PP stages, EP experts meet on rank 0) has every rank iterate."""
+        return self.rank != 0 and not getattr(self.trainer, "collective", False)
+
     def write_weights_dir(self, path: str, buffer_size: int) -> str:
         from slime.backends.embedded.weights import write_weights_dir
 
-        return str(write_weights_dir(self.trainer.named_weights(), path, buffer_size))
+        if self._bystander():
+            return path
+        named = self.trainer.named_weights()  # collective; {} on ranks other than 0
+        return str(write_weights_dir(named, path, buffer_size)) if self.rank == 0 else path
 
     def export_bucket_refs(self, buffer_size: int) -> list:
         """Buckets of safetensors bytes put into the object store; the caller passes the refs on
         and drops them after the engines have loaded (then Ray frees them)."""
         from slime.backends.embedded.weights import encode_bucket
 
+        if self._bystander():
+            return []
         return [ray.put(encode_bucket(b)) for b in self.trainer.export_buckets(buffer_size)]
 
     def export_bucket_bytes(self, buffer_size: int) -> list[bytes]:
         from slime.backends.embedded.weights import encode_bucket
 
+        if self._bystander():
+            return []
         return [encode_bucket(b) for b in self.trainer.export_buckets(buffer_size)]
 
     def export_ipc_buckets(self, buffer_size: int) -> list[dict]:
@@ -128,6 +144,9 @@ class TrainerActor:
         handle per bucket (slime/sync/cuda_ipc.py). Kept alive until finish_ipc()."""
         from slime.sync.cuda_ipc import pack_bucket
 
+        if self._bystander():
+            self._ipc = []
+            return []
         self._ipc = [pack_bucket(b) for b in self.trainer.export_buckets(buffer_size, device="cuda")]
         return [p.handle for p in self._ipc]
 
@@ -135,7 +154,8 @@ class TrainerActor:
         self._ipc = None
         import torch
 
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     # -- distributed weight update (rank 0 broadcasts; slime/sync/dist_group.py) -------------------
     def init_weight_group(self, master: tuple[str, int], world_size: int, group_name: str, backend: str) -> None:
@@ -159,6 +179,9 @@ class TrainerActor:
 
         groups = getattr(self, "_groups", {})
         device = "cuda" if any(g.backend == "nccl" for g in groups.values()) else "cpu"
+        if self._bystander():
+            self._bcast = []
+            return []
         self._bcast = list(self.trainer.export_buckets(buffer_size, device=device))
         return [(list(b), [dtype_name(t.dtype) for t in b.values()], [list(t.shape) for t in b.values()])
                 for b in self._bcast]
@@ -175,6 +198,11 @@ class TrainerActor:
     def mooncake_prepare(self, buffer_size: int, protocol: str, device: str) -> list:
         from slime.sync.mooncake import MooncakeSender
 
+        if self._bystander():
+            return []
+        if self.rank != 0:  # take part in the collective export; rank 0 alone sends
+            self.trainer.named_weights()
+            return []
         if getattr(self, "_mooncake", None) is None:
             self._mooncake = MooncakeSender(ray.util.get_node_ip_address(), protocol, device)
         return self._mooncake.prepare(self.trainer.named_weights(), buffer_size)

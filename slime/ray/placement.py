@@ -263,3 +263,64 @@ def format_plan(slots: list[Slot]) -> list[str]:
                      else f"node {first.node}, a CPU bundle each")
         lines.append(f"{head:<22} {where}")
     return lines
+
+
+# --- the parallel layout of the trainer ranks ---------------------------------------------------
+
+ORDER = "tp-cp-ep-dp-pp"  # megatron-core's default (initialize_model_parallel), fastest-varying first
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """Where one global trainer rank sits in each parallel dimension (Megatron backend)."""
+
+    rank: int
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int  # expert-parallel rank (expert layers; carved out of DP x CP)
+    edp: int  # expert-data-parallel rank: ranks holding the same experts
+
+
+def parallel_layout(megatron: dict, n_ranks: int) -> list[RankLayout]:
+    """Each trainer rank's TP / CP / DP / PP / EP coordinates, as megatron-core forms its process
+    groups from the global ranks (the Ray placement gives trainer actor i global rank i, packed
+    node by node). Dense layers: rank = tp + TP·(cp + CP·(dp + DP·pp)); expert layers:
+    rank = etp + ETP·(ep + EP·(edp + EDP·pp)), ETP = TP unless --expert-tensor-parallel-size.
+    Raises ValueError when the sizes do not divide the ranks (validate() refuses that first)."""
+    from slime.backends.megatron.model_args import parallel_kwargs
+
+    par = parallel_kwargs(megatron)
+    tp, pp = par["tensor_model_parallel_size"], par["pipeline_model_parallel_size"]
+    cp, ep = par["context_parallel_size"], par["expert_model_parallel_size"]
+    etp = par.get("expert_tensor_parallel_size") or tp
+    if n_ranks % (tp * cp * pp) or n_ranks % (etp * ep * pp):
+        raise ValueError(f"{n_ranks} trainer ranks do not divide into TP {tp} x CP {cp} x PP {pp} "
+                         f"(experts: ETP {etp} x EP {ep} x PP {pp})")
+    dp = n_ranks // (tp * cp * pp)
+    edp = n_ranks // (etp * ep * pp)
+    out = []
+    for r in range(n_ranks):
+        t, rest = r % tp, r // tp
+        c, rest = rest % cp, rest // cp
+        d, p = rest % dp, rest // dp
+        e_rest = r // etp
+        e, e_rest = e_rest % ep, e_rest // ep
+        out.append(RankLayout(r, t, c, d, p, e, e_rest % edp))
+    return out
+
+
+def format_layout(layout: list[RankLayout], limit: int = 32) -> list[str]:
+    """One line per trainer rank (the first `limit`, then how many more)."""
+    if not layout:
+        return []
+    dims = {k: 1 + max(getattr(x, k) for x in layout) for k in ("tp", "cp", "dp", "pp", "ep")}
+    lines = [f"TP {dims['tp']} x CP {dims['cp']} x PP {dims['pp']} x DP {dims['dp']}"
+             + (f"; experts EP {dims['ep']}" if dims["ep"] > 1 else "") + f" (megatron-core order {ORDER})"]
+    for x in layout[:limit]:
+        exp = f"  EP {x.ep}" if dims["ep"] > 1 else ""
+        lines.append(f"trainer rank {x.rank:<4} TP {x.tp}  CP {x.cp}  PP {x.pp}  DP {x.dp}{exp}")
+    if len(layout) > limit:
+        lines.append(f"... and {len(layout) - limit} more ranks in the same order")
+    return lines

@@ -228,7 +228,7 @@ class Runtime:
         state = states[0] or state
         ray.get(critic_init)
         disk = os.path.join(cfg.log.output_dir or tempfile.gettempdir(), f"slime-weights-{os.getpid()}")
-        rt.sync = WeightSync(cfg.sync, c.colocate, trainers[0], rt.engines, disk, c.use_gpu, cfg.sync.check_tol,
+        rt.sync = WeightSync(cfg.sync, c.colocate, trainers, rt.engines, disk, c.use_gpu, cfg.sync.check_tol,
                              cfg.rollout.sampling.temperature)
         rt.sync.version = rt.version
         rt.version += 1  # the start-up weights are the first version the engines get
@@ -437,13 +437,12 @@ class Runtime:
         loss = self.cfg.loss
         values = ray.get(self.critics[0].values.remote(records))
         olds = refs = None
-        if loss.kl_coef != 0.0:
+        if loss.kl_coef != 0.0:  # log-probs are collective steps: every trainer rank, rank 0's answer
+            refs = ray.get([t.log_probs.remote(records, True) for t in self.trainers])[0]
             if loss.use_rollout_logprobs:  # the trainer's old policy is the engine's then, here too
-                olds, refs = [r.rollout_log_probs for r in records], ray.get(
-                    self.trainers[0].log_probs.remote(records, True))
+                olds = [r.rollout_log_probs for r in records]
             else:
-                olds, refs = ray.get([self.trainers[0].log_probs.remote(records),
-                                      self.trainers[0].log_probs.remote(records, True)])
+                olds = ray.get([t.log_probs.remote(records) for t in self.trainers])[0]
         masks = [r.response_mask for r in records]
         advantages, returns = ppo_targets([r.advantage for r in records], masks, values, olds, refs, loss.kl_coef,
                                           loss.kl_loss_type, loss.gamma, loss.lambd, loss.normalize_advantages)

@@ -157,9 +157,11 @@ class _Registration:
 class MooncakeTransport:
     """The driver's side of a sync (called by WeightSync with its lock held)."""
 
-    def __init__(self, rank0, buffer_size: int, protocol: str = "tcp", device: str = "", retries: int = 3,
+    def __init__(self, trainers, buffer_size: int, protocol: str = "tcp", device: str = "", retries: int = 3,
                  backoff_s: float = 0.5, log: Callable[[str], None] = lambda m: print(m, flush=True)):
-        self.rank0, self.buffer_size, self.protocol, self.device = rank0, buffer_size, protocol, device
+        # every trainer rank packs (a sharded model's export is collective); rank 0 alone sends
+        self.trainers = list(trainers) if isinstance(trainers, (list, tuple)) else [trainers]
+        self.rank0, self.buffer_size, self.protocol, self.device = self.trainers[0], buffer_size, protocol, device
         self.retries, self.backoff_s, self.log = retries, backoff_s, log
         self.registered: dict[str, _Registration] = {}  # engine url -> its receive buffers
         self.transfers = 0
@@ -196,7 +198,8 @@ class MooncakeTransport:
         the sync (dropped from it). Raises if a live engine cannot be updated."""
         import ray
 
-        layouts = ray.get(self.rank0.mooncake_prepare.remote(self.buffer_size, self.protocol, self.device))
+        layouts = ray.get([t.mooncake_prepare.remote(self.buffer_size, self.protocol, self.device)
+                           for t in self.trainers])[0]
         sizes = [size for size, _ in layouts]
         live = list(handles)
         dropped: set[str] = set()

@@ -3,6 +3,9 @@ not increase; the client raises), and a post-sync check that each engine's log-p
 trainer's.
 
 Transports (each in buckets of <= --update-weight-buffer-size bytes):
+Every trainer rank takes part in each export (a sharded Megatron model's TP shards, PP stages and
+EP experts meet on global rank 0, slime/backends/megatron/export.py); rank 0 alone streams.
+
 - "disk": trainer rank 0 writes shards under --update-weight-disk-dir/v<version>, engines POST
   /update_weights_from_disk. Any layout with a shared filesystem (and external engines).
 - "tensor": buckets through Ray's object store into each engine host (staging), then POST
@@ -67,9 +70,12 @@ def default_transport(cfg: SyncConfig, colocate: bool) -> str:
 
 
 class WeightSync:
-    def __init__(self, cfg: SyncConfig, colocate: bool, rank0, engines: list[EngineHandle], default_disk_dir: str,
+    def __init__(self, cfg: SyncConfig, colocate: bool, trainers, engines: list[EngineHandle], default_disk_dir: str,
                  use_gpu: bool = False, check_tol: float | None = 1e-4, temperature: float = 1.0):
-        self.cfg, self.rank0, self.engines = cfg, rank0, engines
+        """``trainers``: every trainer rank's actor (or one actor): each export and the post-sync
+        check's log-probs are collective steps that every rank joins; rank 0 alone streams."""
+        self.trainers = list(trainers) if isinstance(trainers, (list, tuple)) else [trainers]
+        self.cfg, self.rank0, self.engines = cfg, self.trainers[0], engines
         self.transport = default_transport(cfg, colocate)
         self.backend = "gloo" if cfg.transport == "gloo" or not use_gpu else "nccl"
         self.disk_dir = Path(cfg.disk_dir or default_disk_dir)
@@ -84,13 +90,19 @@ class WeightSync:
         if self.transport == "mooncake":
             from slime.sync.mooncake import MooncakeTransport
 
-            self.mooncake = MooncakeTransport(rank0, cfg.buffer_size, cfg.mooncake_protocol, cfg.mooncake_device)
+            self.mooncake = MooncakeTransport(self.trainers, cfg.buffer_size, cfg.mooncake_protocol,
+                                              cfg.mooncake_device)
         # Colocated on GPUs: hand over CUDA memory (IPC handles) instead of host bytes.
         self.ipc = self.transport == "tensor" and colocate and use_gpu
         self.ipc_fallback: str | None = None  # why IPC was given up (then ray_staged)
         if self.transport == "tensor" and any(h.actor is None for h in engines):
             raise ValueError("--update-weight-transport tensor hands buckets to engine actors; external engines "
                              "take disk, http or nccl")
+
+    def _collective(self, method: str, *args):
+        """Call ``method`` on every trainer rank at once (TP gathers, PP stages and EP experts meet
+        on the way to rank 0); rank 0's answer, the only complete one."""
+        return ray.get([getattr(t, method).remote(*args) for t in self.trainers])[0]
 
     @property
     def clients(self) -> list[EngineClient]:
@@ -128,7 +140,7 @@ class WeightSync:
         if t == "disk":
             path = self.disk_dir / f"v{version}"
             if not (path / "model.safetensors.index.json").exists():
-                path = Path(ray.get(self.rank0.write_weights_dir.remote(str(path), self.cfg.buffer_size)))
+                path = Path(self._collective("write_weights_dir", str(path), self.cfg.buffer_size))
             self._paused(handles, lambda h: h.client.update_weights_from_disk(str(path), version))
             for old in self.disk_dir.glob("v*"):  # engines have loaded it: older versions are garbage
                 if old.name != f"v{version}":
@@ -136,7 +148,7 @@ class WeightSync:
         elif t == "tensor":
             self._paused(handles, lambda h: None, lambda: self._push_tensor(handles, version))
         elif t == "http":
-            payloads = ray.get(self.rank0.export_bucket_bytes.remote(self.cfg.buffer_size))
+            payloads = self._collective("export_bucket_bytes", self.cfg.buffer_size)
 
             def push() -> None:
                 for b, payload in enumerate(payloads):
@@ -167,7 +179,7 @@ class WeightSync:
     def _push_tensor(self, handles: list[EngineHandle], version: int) -> None:
         if self.ipc:
             try:
-                self._push_staged(handles, version, ray.get(self.rank0.export_ipc_buckets.remote(self.cfg.buffer_size)),
+                self._push_staged(handles, version, self._collective("export_ipc_buckets", self.cfg.buffer_size),
                                   "cuda_ipc")
                 return
             except Exception as e:  # noqa: BLE001 - e.g. no CUDA IPC in this container: keep training
@@ -175,8 +187,8 @@ class WeightSync:
                 print(f"[slime] CUDA IPC weight hand-over failed ({self.ipc_fallback}); "
                       f"falling back to ray_staged (host copy)", flush=True)
             finally:
-                ray.get(self.rank0.finish_ipc.remote())
-        refs = ray.get(self.rank0.export_bucket_refs.remote(self.cfg.buffer_size))
+                ray.get([t.finish_ipc.remote() for t in self.trainers])
+        refs = self._collective("export_bucket_refs", self.cfg.buffer_size)
         self._push_staged(handles, version, refs, "ray_staged")
         del refs  # the engines copied them: let the object store free the buckets
 
@@ -230,7 +242,7 @@ class WeightSync:
         ray.get(self.rank0.destroy_weight_group.remote(name))
 
     def _broadcast(self, handles: list[EngineHandle], name: str, version: int) -> None:
-        metas = ray.get(self.rank0.prepare_broadcast.remote(self.cfg.buffer_size))
+        metas = self._collective("prepare_broadcast", self.cfg.buffer_size)
         try:
             with ThreadPoolExecutor(len(handles)) as pool:
                 for b, (names, dtypes, shapes) in enumerate(metas):
@@ -242,7 +254,7 @@ class WeightSync:
                     for f in futs:
                         f.result()
         finally:
-            ray.get(self.rank0.finish_broadcast.remote())
+            ray.get([t.finish_broadcast.remote() for t in self.trainers])
 
     # -- the check ---------------------------------------------------------------------------------
     def check(self, version: int, handles: list[EngineHandle]) -> None:
@@ -265,7 +277,7 @@ class WeightSync:
         urls = list(outs)
         recs = [TrainRecord(PROBE_PROMPT + outs[u].output_ids, len(PROBE_PROMPT), 0.0, outs[u].output_logprobs,
                             [1] * len(outs[u].output_ids)) for u in urls]
-        ref = ray.get(self.rank0.log_probs.remote(recs))
+        ref = self._collective("log_probs", recs)
         for u, r, lp in zip(urls, recs, ref):
             diff = max((abs(a - b) for a, b in zip(r.rollout_log_probs, lp)), default=0.0)
             self.last_check[u] = diff

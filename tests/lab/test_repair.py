@@ -123,7 +123,7 @@ def _fits_and_is_accepted(exp) -> None:
 def test_the_default_experiments_cp_refusal_repairs_to_the_nearest_layout_the_runtime_accepts():
     exp = new_experiment("glm4-9b")  # the page's first experiment: TP 2 and CP 2; CP needs Transformer Engine
     refused = {f.params.get("code") for f in validate(exp) if f.id == "RUNTIME" and f.level == "error"}
-    assert refused == {"megatron.context_parallel"}
+    assert refused == {"megatron.context_parallel"}  # TP > 1 runs in the loop now (issue 24)
     (r,) = [r for r in propose_repairs(exp) if r.fixes == "RUNTIME"]
     # the nearest layout: drop CP only, keep TP 2 (and sequence parallel); 4 GPUs → DP 2
     assert r.id == "MEG-CP:layout" and r.values == {"resources.cp": 1}

@@ -33,7 +33,8 @@ def test_the_flag_offers_exactly_the_registered_backends():
     with pytest.raises(UsageError, match="choose from 'embedded', 'megatron'"):
         _cfg("--train-backend", "nope")
     assert backend_names() == ["embedded", "megatron"]
-    assert get_backend("megatron").needs_gpu and not get_backend("embedded").needs_gpu
+    # both run on a CPU (megatron: float32 with gloo, slime/backends/megatron/cpu.py)
+    assert not get_backend("megatron").needs_gpu and not get_backend("embedded").needs_gpu
 
 
 def test_capability_checks_import_without_torch():
@@ -54,7 +55,7 @@ def test_megatron_is_a_registry_entry_not_a_refusal():
     assert not [e for e in validate(ok) if "megatron" in e.lower()]
     tp = _cfg("--train-backend", "megatron", "--tensor-model-parallel-size", "2", "--actor-num-gpus-per-node", "2",
               *_model_args())
-    assert any("--tensor-model-parallel-size 2" in e and "rank 0" in e for e in validate(tp))
+    assert not [e for e in validate(tp) if "megatron" in e.lower() or "tensor-model-parallel" in e]  # runs in the loop now
     odd = _cfg("--train-backend", "megatron", "--pipeline-model-parallel-size", "2", "--actor-num-gpus-per-node", "3",
                *_model_args())
     assert any("not a multiple of TP x PP x CP" in e for e in validate(odd))

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from slime.config import ClusterConfig
 from slime.ray.placement import format_plan, placement_plan
 
@@ -85,3 +87,40 @@ def test_dry_run_judges_unwritten_server_groups_with_the_sglang_translation():
     assert ok.errors == [] and [s.role for s in ok.plan if s.role in ("prefill", "decode")] == ["prefill", "decode"]
     short = dry_run(argv, environment=False, groups=pd[:1] + [{**pd[1], "num_gpus": 4}])
     assert any("server groups hold 6 GPUs but --rollout-num-gpus is 4" in e for e in short.errors)
+
+
+def test_the_parallel_layout_printed_by_check_is_the_one_megatron_core_forms():
+    """slime.ray.placement.parallel_layout against megatron-core's own RankGenerator."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.parallel_state import RankGenerator
+
+    from slime.ray.placement import parallel_layout
+
+    for tp, pp, cp, ep, n in ((2, 2, 1, 1, 8), (2, 1, 2, 1, 8), (1, 2, 1, 2, 8), (2, 2, 1, 2, 16), (1, 1, 1, 4, 4)):
+        flags = {"tensor_model_parallel_size": str(tp), "pipeline_model_parallel_size": str(pp),
+                 "context_parallel_size": str(cp), "expert_model_parallel_size": str(ep)}
+        layout = parallel_layout(flags, n)
+        dense = RankGenerator(tp=tp, ep=1, dp=n // (tp * cp * pp), pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
+        expert = RankGenerator(tp=tp, ep=ep, dp=n // (tp * ep * pp), pp=pp, cp=1, order="tp-ep-dp-pp")
+        for gen, token, key in ((dense, "tp", "tp"), (dense, "pp", "pp"), (dense, "dp", "dp"), (dense, "cp", "cp"),
+                                (expert, "ep", "ep"), (expert, "dp", "edp")):
+            for group in gen.get_ranks(token):  # ranks of one group: their coordinate counts 0, 1, ...
+                assert [getattr(layout[r], key) for r in group] == list(range(len(group))), (tp, pp, cp, ep, token)
+                others = [k for k in ("tp", "cp", "dp", "pp") if k != key and gen is dense]
+                assert len({tuple(getattr(layout[r], k) for k in others) for r in group}) == 1
+
+
+def test_check_prints_each_trainer_ranks_parallel_coordinates(tmp_path, capsys):
+    from slime.dry_run import main
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": "1+1", "label": "2"}\n')
+    from slime.model_spec import read_model_args
+
+    spec = read_model_args(Path(__file__).resolve().parents[2] / "scripts" / "models" / "tiny-cpu.sh")
+    main(["--train-backend", "megatron", *spec, "--prompt-data", str(data), "--rollout-batch-size", "1",
+          "--actor-num-gpus-per-node", "4", "--rollout-num-gpus", "1", "--tensor-model-parallel-size", "2",
+          "--pipeline-model-parallel-size", "2"])
+    out = capsys.readouterr().out
+    assert "TP 2 x CP 1 x PP 2 x DP 1" in out
+    assert "trainer rank 1    TP 1  CP 0  PP 0  DP 0" in out and "trainer rank 2    TP 0  CP 0  PP 1  DP 0" in out

@@ -19,6 +19,10 @@ from slime.backends.offload import DeviceOffloader, memory_figures, optimizer_te
 
 
 class MegatronBackend:
+    # Export and log-probs are collective (TP gathers, PP stages, EP experts): the runtime calls
+    # every rank at once and takes rank 0's answer (slime/ray/actors.py, slime/sync/weight_sync.py).
+    collective = True
+
     def __init__(self, trainer, resume_state: dict[str, Any]):
         self.trainer = trainer
         self.resume_state = resume_state
@@ -30,6 +34,7 @@ class MegatronBackend:
         from slime.checkpoint import MARKER, resolve_checkpoint, restore_rng
 
         # Ray gives each trainer actor its GPU(s) through CUDA_VISIBLE_DEVICES: local device 0.
+        # Without CUDA the ranks join a gloo group on the CPU (slime/backends/megatron/cpu.py).
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), MASTER_ADDR=master[0],
                           MASTER_PORT=str(master[1]), LOCAL_RANK="0")
         trainer = MegatronTrainer.from_config(cfg)

@@ -1,8 +1,9 @@
 """What the Megatron trainer backend can honour, checked before Ray reserves anything (torch-free:
 slime.args.validate and the lab ask these on machines without megatron-core or a GPU).
 
-That the Ray cluster has GPUs is known only once Ray is up; slime.ray.runtime checks it then
-(TrainBackend.needs_gpu)."""
+TP, PP and EP > 1 run in the Ray loop (every rank takes part in weight sync: export.py), on GPUs
+or, slowly, on the CPU with gloo (cpu.py). CP > 1 needs Transformer Engine's attention, which this
+build cannot use: refused."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from typing import Any, Iterator, Mapping
 import torch
 import torch.distributed as dist
 
+from slime.backends.megatron import cpu as cpu_mode
 from slime.backends.megatron import model as mm
 from slime.backends.megatron.convert import checkpoint_subdir, load_model_checkpoint, write_tracker
 from slime.backends.megatron.determinism import install_fixed_order_moe_combine
@@ -159,7 +160,11 @@ class MegatronTrainer:
         hf = model.hf_checkpoint
         if hf:  # the HF names and config.json weight sync targets: refuse before allocating anything
             check_hf_config(self.flags, hf)
+        # No CUDA: megatron-core's hard-coded CUDA calls go to the CPU (cpu.py), gloo, float32.
+        on_cpu = cpu_mode.apply()
         mm.init_parallel(self.flags, seed=seed)
+        if on_cpu:
+            cpu_mode.init_rng()
         from megatron.core import parallel_state as ps
         from megatron.core.distributed import (
             DistributedDataParallel,
@@ -170,10 +175,10 @@ class MegatronTrainer:
         from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
         self.ps = ps
-        self.device = torch.device("cuda", torch.cuda.current_device())
+        self.device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
         # the actor's, old and reference passes must sum each token's experts in one order (determinism.py)
         install_fixed_order_moe_combine()
-        module = mm.build_model(self.flags, self.flags, attention=attention)
+        module = mm.build_model(self.flags, self.flags, attention=attention, cpu=on_cpu, **cpu_mode.config_overrides())
         # The MTP layer (the draft SGLang's EAGLE reads) trains on its own loss only with
         # --enable-mtp-training; otherwise it is frozen and skipped, and weight sync sends it unchanged.
         self.mtp_training = builds_mtp(self.flags) and _bool(self.flags, "enable_mtp_training")
@@ -181,6 +186,9 @@ class MegatronTrainer:
             mm.freeze_mtp(module)
         self.config = module.config
         okw = optimizer_kwargs(self.flags, optim)
+        if on_cpu:  # float32 throughout, as the model config above; the distributed optimizer
+            # accepts torch.cuda.*Tensor parameters only (distrib_optimizer.py), so each rank keeps Adam whole
+            okw.update(bf16=False, fp16=False, params_dtype="float32", use_distributed_optimizer=False)
         okw["params_dtype"] = mm._DTYPES[okw["params_dtype"]]
         self.opt_config = OptimizerConfig(**okw)
         _cast_params(module, okw["params_dtype"])
@@ -188,9 +196,10 @@ class MegatronTrainer:
             grad_reduce_in_fp32=True, overlap_grad_reduce=bool(self.flags.get("overlap_grad_reduce")),
             overlap_param_gather=bool(self.flags.get("overlap_param_gather")),
             use_distributed_optimizer=self.opt_config.use_distributed_optimizer)
-        self.model = DistributedDataParallel(config=self.config, ddp_config=ddp_config, module=module)
-        self.module = module
-        self.optimizer = get_megatron_optimizer(self.opt_config, [self.model])
+        with cpu_mode.cuda_to_cpu():  # DDP's buffers and the optimizer's flags name "cuda" outright
+            self.model = DistributedDataParallel(config=self.config, ddp_config=ddp_config, module=module)
+            self.module = module
+            self.optimizer = get_megatron_optimizer(self.opt_config, [self.model])
         wd = self.opt_config.weight_decay
         sched = lr_schedule.from_optim(optim)  # the same flags, read the same way as the embedded trainer
         self.scheduler = OptimizerParamScheduler(
@@ -285,7 +294,8 @@ class MegatronTrainer:
             return out, partial(loss_func, pack)
 
         fwd_bwd = get_forward_backward_func()
-        with nullcontext() if self.mtp_training and not forward_only else mm.mtp_skipped(self.model):
+        with nullcontext() if self.mtp_training and not forward_only else mm.mtp_skipped(self.model), \
+                cpu_mode.cuda_to_cpu():
             return fwd_bwd(forward_step_func=forward_step, data_iterator=iter(packs), model=[self.model],
                            num_microbatches=len(packs), seq_length=max(p.tokens.shape[1] for p in packs),
                            micro_batch_size=1, forward_only=forward_only)
@@ -397,7 +407,8 @@ class MegatronTrainer:
             step_metrics = self.accumulate_grads(shard, denom, olds, refs)
             lr = float(self.optimizer.param_groups[0]["lr"])
             with self.clock.phase("train_optimizer"):
-                ok, grad_norm, _ = self.optimizer.step()
+                with cpu_mode.cuda_to_cpu():
+                    ok, grad_norm, _ = self.optimizer.step()
                 self.scheduler.step(increment=1)
             self.iteration += 1
             for m in step_metrics:  # shares of the step's aggregates: they add up
@@ -475,14 +486,22 @@ class MegatronTrainer:
         return dict(zip(keys, self._sum_over_dp([metrics[k] for k in keys])))
 
     # -- weights out -------------------------------------------------------------------------------
-    def export_hf_weights(self, bucket_bytes: int = 512 * 2**20, dtype: torch.dtype = torch.bfloat16
+    def export_hf_weights(self, bucket_bytes: int = 512 * 2**20, dtype: torch.dtype | None = None
                           ) -> Iterator[list[tuple[str, torch.Tensor]]]:
-        """This pipeline stage's weights under HF names, TP-merged, in buckets of <= bucket_bytes
-        (on the GPU; weight sync broadcasts them or moves them to the CPU)."""
-        return mm.bucketed(mm.iter_hf_tensors(self.model, self.flags, dtype=dtype), bucket_bytes)
+        """The whole model's weights under HF names, TP-merged, in buckets of <= bucket_bytes, on
+        global rank 0; every rank must iterate (collectives inside: export.py), the others get
+        nothing. On the training device; weight sync broadcasts them or moves them to the CPU.
+        ``dtype``: bf16 on GPUs (what the engines load); float32, the CPU mode's dtype, on CPU."""
+        from slime.backends.megatron.export import gather_to_rank0, owner_rule
+
+        if dtype is None:
+            dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
+        local = mm.bucketed(mm.iter_hf_tensors(self.model, self.flags, dtype=dtype), bucket_bytes)
+        return gather_to_rank0(local, owner_rule(), self.device)
 
     def named_weights(self) -> dict[str, torch.Tensor]:
-        """All HF-named weights on the CPU (the embedded trainer's hand-off form)."""
+        """All HF-named weights on the CPU (the embedded trainer's hand-off form) on rank 0, {}
+        on the other ranks; collective."""
         return {n: t.to("cpu") for bucket in self.export_hf_weights() for n, t in bucket}
 
     # -- checkpoints -------------------------------------------------------------------------------
