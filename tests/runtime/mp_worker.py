@@ -1,9 +1,11 @@
 """One rank of the model-parallel CPU tests (test_model_parallel_megatron_cpu.py), run under
 torchrun with gloo: build a tiny family from its reference checkpoint at the given layout, and
-either compute one step's loss and gathered gradients, or save / load a torch_dist checkpoint.
+its weights from the HF checkpoint (``--hf``) or from a torch_dist checkpoint saved at any layout
+(``--load``), optionally save them as torch_dist (``--save``), and write what rank 0 gathered:
+the weights and one step's gradients under HF names, and the step's loss.
 
-    python -m torch.distributed.run --nproc-per-node N tests/runtime/mp_worker.py grads \
-        --hf HF --spec SPEC --tp 2 --pp 1 --ep 1 [--sp] --out OUT.pt
+    python -m torch.distributed.run --nproc-per-node N tests/runtime/mp_worker.py \
+        --hf HF | --load CKPT --spec SPEC --tp 2 --pp 1 --ep 1 [--sp] [--save CKPT] --out OUT.pt
 
 The fakes it installs are listed in tests/runtime/megatron_cpu_fakes.py (install_multi_rank).
 """
@@ -97,10 +99,10 @@ def main() -> None:
     import torch.distributed as dist
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["grads", "save", "load"])
     ap.add_argument("--hf")
     ap.add_argument("--spec", required=True)
-    ap.add_argument("--ckpt")
+    ap.add_argument("--load")
+    ap.add_argument("--save")
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
     ap.add_argument("--ep", type=int, default=1)
@@ -111,16 +113,15 @@ def main() -> None:
     from slime.backends.megatron.convert import load_model_checkpoint, save_model_checkpoint
     from slime.backends.megatron.model import HFReader, load_hf_into
 
-    if a.what in ("grads", "save"):
-        load_hf_into(model, flags, HFReader(a.hf).get)
+    if a.load:
+        load_model_checkpoint(model, a.load)
     else:
-        load_model_checkpoint(model, a.ckpt)
-    if a.what == "save":
-        save_model_checkpoint(model, a.ckpt, iteration=1)
+        load_hf_into(model, flags, HFReader(a.hf).get)
+    if a.save:
+        save_model_checkpoint(model, a.save, iteration=1)
     weights = _collect(model, flags, grads=False)
     result = {"weights": weights, "loss": _step(model, flags)}
-    if a.what == "grads":
-        result["grads"] = _collect(model, flags, grads=True)
+    result["grads"] = _collect(model, flags, grads=True)
     if dist.get_rank() == 0:
         torch.save(result, a.out)
     dist.barrier()
