@@ -12,7 +12,8 @@ Order of work for HF -> torch_dist, so that a wrong checkpoint costs nothing:
 
 Conversion parallelism is its own (``--pp``, default: every rank is a pipeline stage when the
 layer count allows), never training's: torch_dist reshards on load, so a checkpoint written with
-PP=4 loads into TP=2/PP=2 training. It runs on CPUs through gloo (no GPU needed) and across
+PP=4 loads into TP=2/PP=2 training (``--tp``/``--pp``/``--ep`` choose it). It runs on CPUs through
+gloo (no GPU needed; :func:`torch_dist_io_without_cuda`) and across
 nodes through torchrun: set ``CONVERT_MASTER_ADDR`` (and optionally ``CONVERT_MASTER_PORT``) and
 ``CONVERT_NODE_RANK`` on each node and pass ``--nnodes``/``--nproc-per-node``; the tool starts
 torchrun itself.
@@ -137,18 +138,21 @@ def maybe_launch_torchrun(argv: Sequence[str], nnodes: int, nproc_per_node: int,
 # --- HF -> torch_dist -------------------------------------------------------------------------
 
 
-def conversion_layout(flags: Any, *, tp: int = 1, pp: int | None = None, ep: int = 1) -> dict[str, int]:
-    """Megatron's parallel sizes for a conversion over ``WORLD_SIZE`` ranks: TP and EP as given,
-    PP by default as many stages as the layers and the remaining ranks allow; routed experts are
-    not split over TP (expert-TP 1), so any EP that divides the ranks left by PP fits."""
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    for name, v in (("--tp", tp), ("--ep", ep)):
+def conversion_layout(flags: Any, *, tp: int = 1, pp: int | None = None, ep: int = 1,
+                      world: int | None = None) -> dict[str, int]:
+    """Megatron's parallel sizes for a conversion over ``world`` ranks (``WORLD_SIZE``): TP and EP
+    as given, PP by default as many stages as the layers and the remaining ranks allow; routed
+    experts are not split over TP (expert-TP 1), so any EP that divides a stage's ranks fits.
+    Raises ValueError naming the flags and the fix."""
+    world = int(os.environ.get("WORLD_SIZE", 1)) if world is None else world
+    for name, v in (("--tp", tp), ("--ep", ep), ("--pp", pp or 1)):
         if v < 1 or world % v:
-            raise SystemExit(f"{name} {v}: must divide the {world} conversion ranks (--nnodes x --nproc-per-node)")
+            raise ValueError(f"{name} {v} does not divide the {world} conversion ranks "
+                             "(--nnodes x --nproc-per-node): choose a divisor, or change the rank count")
     pp = pp or _default_pp(int(flags["num_layers"]), world // (tp * ep))
     if world % (tp * pp) or (world // pp) % ep:
-        raise SystemExit(f"--tp {tp} --pp {pp} --ep {ep}: TP x PP must divide the {world} ranks, and EP the ranks "
-                         "of one pipeline stage")
+        raise ValueError(f"--tp {tp} --pp {pp} --ep {ep}: TP x PP must divide the {world} conversion ranks, and EP "
+                         "the ranks of one pipeline stage; lower one of them")
     par = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "expert_model_parallel_size": ep}
     if ep > 1:
         par["expert_tensor_parallel_size"] = 1
@@ -379,7 +383,8 @@ def main_hf_to_torch_dist(argv: Sequence[str] | None = None, script: str | None 
     try:  # refuse a mismatch, or an architecture not mapped yet, before torchrun, process groups or weights
         check_hf_config(load_flags(a.model_args), a.hf_checkpoint)
         require_mapped(load_flags(a.model_args))
-    except (ConfigMismatchError, ModelArgsError) as e:
+        conversion_layout(load_flags(a.model_args), tp=a.tp, pp=a.pp, ep=a.ep, world=a.nnodes * a.nproc_per_node)
+    except (ConfigMismatchError, ModelArgsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rc = maybe_launch_torchrun(argv, a.nnodes, a.nproc_per_node, script or sys.argv[0])
@@ -405,12 +410,13 @@ def main_torch_dist_to_hf(argv: Sequence[str] | None = None, script: str | None 
     a = ap.parse_args(argv)
     from slime.backends.megatron.model_args import ConfigMismatchError, check_hf_config, load_flags
 
-    if a.hf_template:
-        try:
+    try:  # refuse before torchrun and process groups
+        if a.hf_template:
             check_hf_config(load_flags(a.model_args), a.hf_template)
-        except ConfigMismatchError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        conversion_layout(load_flags(a.model_args), tp=a.tp, pp=a.pp, ep=a.ep, world=a.nnodes * a.nproc_per_node)
+    except (ConfigMismatchError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     rc = maybe_launch_torchrun(argv, a.nnodes, a.nproc_per_node, script or sys.argv[0])
     if rc is not None:
         return rc

@@ -112,16 +112,18 @@ class GatedOutputRMSNorm(torch.nn.Module):
 
 
 class SPNorm:
-    """megatron-core's ``WrappedTorchNorm`` (torch's RMSNorm / LayerNorm, same parameter names)
+    """megatron-core's ``WrappedTorchNorm`` (torch's RMSNorm / LayerNorm, same parameter names and dtype)
     that also works with sequence parallel: each TP rank normalises its slice of the sequence, so
     each holds a partial gradient of the replicated weight; marking it ``sequence_parallel`` makes
     megatron-core's ``finalize_model_grads`` sum it over the TP group."""
 
     def __new__(cls, config, hidden_size: int, eps: float = 1e-5, **_unused) -> torch.nn.Module:
+        if config.layernorm_zero_centered_gamma:  # (1+w) norms are OnePlusRMSNorm, chosen by the spec
+            raise ValueError("--apply-layernorm-1p: this layer spec's norm scales by w, not 1 + w")
         if config.normalization == "RMSNorm":
-            norm = torch.nn.RMSNorm(hidden_size, eps=eps, dtype=config.params_dtype)
+            norm = torch.nn.RMSNorm(hidden_size, eps=eps)
         elif config.normalization == "LayerNorm":
-            norm = torch.nn.LayerNorm(hidden_size, eps=eps, dtype=config.params_dtype)
+            norm = torch.nn.LayerNorm(hidden_size, eps=eps)
         else:
             raise ValueError(f"--normalization {config.normalization}: expected RMSNorm or LayerNorm")
         for p in norm.parameters():
