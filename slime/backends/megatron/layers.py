@@ -111,6 +111,29 @@ class GatedOutputRMSNorm(torch.nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+class TPReplicatedState:
+    """A norm's checkpoint entries, replicated over TP: megatron-core's default for a plain torch
+    module nested in its MLP or attention (GLM-4's sandwich norms) drops the TP group, so every TP
+    rank claimed to hold the main copy and a checkpoint saved at TP 1 failed to load at TP 2."""
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None):
+        from megatron.core import parallel_state as ps
+        from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group, make_sharded_tensors_for_checkpoint
+
+        metadata = ensure_metadata_has_dp_cp_group(metadata)
+        return make_sharded_tensors_for_checkpoint(self.state_dict(prefix="", keep_vars=True), prefix, {},
+                                                   sharded_offsets, tp_group=ps.get_tensor_model_parallel_group(),
+                                                   dp_cp_group=metadata["dp_cp_group"])
+
+
+class _RMSNorm(TPReplicatedState, torch.nn.RMSNorm):
+    pass
+
+
+class _LayerNorm(TPReplicatedState, torch.nn.LayerNorm):
+    pass
+
+
 class SPNorm:
     """megatron-core's ``WrappedTorchNorm`` (torch's RMSNorm / LayerNorm, same parameter names and dtype)
     that also works with sequence parallel: each TP rank normalises its slice of the sequence, so
@@ -121,9 +144,9 @@ class SPNorm:
         if config.layernorm_zero_centered_gamma:  # (1+w) norms are OnePlusRMSNorm, chosen by the spec
             raise ValueError("--apply-layernorm-1p: this layer spec's norm scales by w, not 1 + w")
         if config.normalization == "RMSNorm":
-            norm = torch.nn.RMSNorm(hidden_size, eps=eps)
+            norm = _RMSNorm(hidden_size, eps=eps)
         elif config.normalization == "LayerNorm":
-            norm = torch.nn.LayerNorm(hidden_size, eps=eps)
+            norm = _LayerNorm(hidden_size, eps=eps)
         else:
             raise ValueError(f"--normalization {config.normalization}: expected RMSNorm or LayerNorm")
         for p in norm.parameters():
