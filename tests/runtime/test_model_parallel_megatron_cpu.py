@@ -182,11 +182,14 @@ def test_conversion_tools_round_trip_bitwise_at_tp2_and_pp2_on_cpu(tmp_path):
     one bit for bit, and the index names each tensor once."""
     import json
 
-    hf, spec = _reference(tmp_path, "glm4")
+    sys.path.insert(0, str(ROOT / "tools"))
+    import reference_models as rm
+
+    hf, spec = rm.build("glm4", tmp_path / "glm4", dtype="bfloat16")  # the spec's (training) dtype
     td, back = tmp_path / "td", tmp_path / "back"
     for script, args in (("convert_hf_to_torch_dist_megatron.py", ["--hf-checkpoint", hf, "--save", td, "--tp", "2"]),
                          ("convert_torch_dist_to_hf.py", ["--load", td, "--save", back, "--pp", "2",
-                                                          "--dtype", "float32"])):
+                                                          "--dtype", "bfloat16"])):
         r = subprocess.run([sys.executable, str(ROOT / "tools" / script), "--model-args", str(spec),
                             "--nproc-per-node", "2", "--cpu", *map(str, args)], capture_output=True, text=True,
                            timeout=600, env={**_env(), "CONVERT_MASTER_PORT": str(_free_port())}, cwd=ROOT)
