@@ -2,7 +2,10 @@
 """HF safetensors -> Megatron torch_dist with megatron-core (the Megatron backend's conversion).
 
     python tools/convert_hf_to_torch_dist_megatron.py --model-args scripts/models/glm4-9B.sh \
-        --hf-checkpoint /ckpt/GLM-4-9B --save /ckpt/GLM-4-9B_torch_dist [--nproc-per-node 8]
+        --hf-checkpoint /ckpt/GLM-4-9B --save /ckpt/GLM-4-9B_torch_dist [--nproc-per-node 8] \
+        [--tp T] [--pp P] [--ep E] [--cpu]
+
+--cpu builds the model and writes torch_dist on CPUs over gloo (no GPU needed).
 
 Multi-node: on every node set CONVERT_MASTER_ADDR=<node 0's address> and CONVERT_NODE_RANK=<i>,
 then run the same command with --nnodes N --nproc-per-node G. The checkpoint's config.json is

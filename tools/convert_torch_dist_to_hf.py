@@ -5,7 +5,8 @@
         --load /runs/x/ckpt --save /runs/x/hf --hf-template /ckpt/GLM-4-9B
 
 Any training parallel layout loads (torch_dist reshards); --nproc-per-node splits the layers
-over pipeline stages, each writing its own shards. Logic: slime/backends/megatron/convert.py.
+over pipeline stages (--pp), --tp / --ep choose tensor and expert parallelism; each tensor is
+written by one rank. --cpu runs over gloo without a GPU. Logic: slime/backends/megatron/convert.py.
 """
 
 import sys

@@ -242,6 +242,33 @@ def test_conversion_cli_refuses_before_any_weight_moves(tmp_path):
     assert not out.exists()
 
 
+def test_conversion_layout_that_does_not_fit_the_ranks_is_refused_before_torchrun(tmp_path):
+    """``--tp``/``--pp``/``--ep`` must divide the ranks; the tool exits 2 naming the flag, before
+    torchrun starts, in both directions."""
+    from slime.backends.megatron.convert import conversion_layout
+
+    flags = flags_from_argv(TINY)
+    assert conversion_layout(flags, tp=2, ep=2, world=4) == {
+        "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1, "expert_model_parallel_size": 2,
+        "expert_tensor_parallel_size": 1}
+    assert conversion_layout(flags, tp=2, world=8)["pipeline_model_parallel_size"] == 4  # the rest become stages
+    with pytest.raises(ValueError, match="--pp 4 --ep 2: TP x PP must divide"):
+        conversion_layout(flags, tp=1, pp=4, ep=2, world=4)
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps(_tiny_hf_config()))
+    spec = tmp_path / "spec.sh"
+    spec.write_text("MODEL_ARGS=(\n" + " ".join(TINY) + "\n)\n")
+    for tool, args in (("convert_hf_to_torch_dist_megatron.py", ["--hf-checkpoint", str(hf)]),
+                       ("convert_torch_dist_to_hf.py", ["--load", str(tmp_path / "td")])):
+        r = subprocess.run([sys.executable, str(ROOT / "tools" / tool), "--model-args", str(spec), *args,
+                            "--save", str(tmp_path / "out"), "--nproc-per-node", "2", "--tp", "3"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (tool, r.stderr)
+        assert "--tp 3 does not divide the 2 conversion ranks" in r.stderr and "launching" not in r.stdout
+        assert not (tmp_path / "out").exists()
+
+
 # --- HF <-> Megatron layouts --------------------------------------------------------------------
 
 

@@ -70,7 +70,8 @@ class SDPACoreAttention(MegatronModule):
 
     def __init__(self, config, layer_number: int, attn_mask_type, attention_type: str,
                  attention_dropout: Optional[float] = None, softmax_scale: Optional[float] = None,
-                 cp_comm_type: Optional[str] = None, pg_collection=None, **_unused):
+                 cp_comm_type: Optional[str] = None, pg_collection=None, k_channels: Optional[int] = None,
+                 v_channels: Optional[int] = None, **_unused):
         super().__init__(config=config)
         if config.context_parallel_size > 1:
             raise NotImplementedError("context parallelism needs ring attention (Transformer Engine); "
@@ -83,7 +84,9 @@ class SDPACoreAttention(MegatronModule):
             tp = parallel_state.get_tensor_model_parallel_world_size()
         self.heads = config.num_attention_heads // tp
         self.groups = config.num_query_groups // tp
-        head_dim = config.kv_channels
+        # MLA passes its query/key head width (nope + rope) and value width, which differ from
+        # kv_channels; SDPA takes q/k and v of different widths as they come.
+        head_dim = k_channels if k_channels is not None else config.kv_channels
         self.scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
         if getattr(config, "window_size", None) is not None:

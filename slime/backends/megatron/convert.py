@@ -12,7 +12,8 @@ Order of work for HF -> torch_dist, so that a wrong checkpoint costs nothing:
 
 Conversion parallelism is its own (``--pp``, default: every rank is a pipeline stage when the
 layer count allows), never training's: torch_dist reshards on load, so a checkpoint written with
-PP=4 loads into TP=2/PP=2 training. It runs on CPUs through gloo (no GPU needed) and across
+PP=4 loads into TP=2/PP=2 training (``--tp``/``--pp``/``--ep`` choose it). It runs on CPUs through
+gloo (no GPU needed; :func:`torch_dist_io_without_cuda`) and across
 nodes through torchrun: set ``CONVERT_MASTER_ADDR`` (and optionally ``CONVERT_MASTER_PORT``) and
 ``CONVERT_NODE_RANK`` on each node and pass ``--nnodes``/``--nproc-per-node``; the tool starts
 torchrun itself.
@@ -27,8 +28,9 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 TRACKER = "latest_checkpointed_iteration.txt"
 META = "slime_checkpoint.json"
@@ -57,12 +59,58 @@ def write_tracker(save_dir: str | Path, iteration: int | str) -> None:
 
 
 def _want_gpu(use_gpu: bool | None) -> bool:
-    """Conversion runs on GPUs (nccl) where there are some: megatron-core's torch_dist writer and
-    reader put their bookkeeping tensors on the current CUDA device. ``False`` forces gloo + CPU
-    (fine for reading weights; the writer then needs a CUDA device all the same)."""
+    """Conversion runs on GPUs (nccl) where there are some; ``False`` forces gloo + CPU."""
     import torch
 
     return torch.cuda.is_available() if use_gpu is None else use_gpu
+
+
+@contextmanager
+def torch_dist_io_without_cuda() -> Iterator[None]:
+    """Let megatron-core's torch_dist writer run where no CUDA device exists (conversion and
+    checkpoints on CPUs, over gloo).
+
+    The writer asks CUDA for two things only: ``torch.cuda.synchronize()`` after copying the
+    tensors to host memory (non-blocking copies; on a CPU they are already there) and
+    ``torch.cuda.current_device()`` as the device of the one-integer failure flag it broadcasts
+    (gloo wants it on the CPU). For the duration of the call, and only when CUDA is absent, those
+    two answer for the CPU; where CUDA exists nothing changes."""
+    import torch
+
+    if torch.cuda.is_available():
+        yield
+        return
+    saved = torch.cuda.synchronize, torch.cuda.current_device
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.current_device = lambda: "cpu"
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize, torch.cuda.current_device = saved
+
+
+def save_model_checkpoint(model, save_dir: str | Path, iteration: int | str = "release") -> Path:
+    """Save ``model`` (this rank's shard; every rank calls it) as torch_dist under
+    ``save_dir/release`` or ``save_dir/iter_NNNNNNN`` and point Megatron's tracker file at it.
+    The layout it was saved at does not matter to :func:`load_model_checkpoint`."""
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+
+    from slime.backends.megatron.model import unwrap
+
+    sub = "release" if iteration == "release" else f"iter_{int(iteration):07d}"
+    out = Path(save_dir) / sub
+    if dist.get_rank() == 0:
+        out.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    state = {"model": unwrap(model).sharded_state_dict(), "checkpoint_version": 3.0,
+             "iteration": 0 if iteration == "release" else int(iteration)}
+    with torch_dist_io_without_cuda():
+        dist_checkpointing.save(state, str(out))
+    dist.barrier()
+    if dist.get_rank() == 0:
+        write_tracker(save_dir, iteration)
+    return out
 
 
 def _default_pp(num_layers: int, world: int) -> int:
@@ -90,8 +138,30 @@ def maybe_launch_torchrun(argv: Sequence[str], nnodes: int, nproc_per_node: int,
 # --- HF -> torch_dist -------------------------------------------------------------------------
 
 
+def conversion_layout(flags: Any, *, tp: int = 1, pp: int | None = None, ep: int = 1,
+                      world: int | None = None) -> dict[str, int]:
+    """Megatron's parallel sizes for a conversion over ``world`` ranks (``WORLD_SIZE``): TP and EP
+    as given, PP by default as many stages as the layers and the remaining ranks allow; routed
+    experts are not split over TP (expert-TP 1), so any EP that divides a stage's ranks fits.
+    Raises ValueError naming the flags and the fix."""
+    world = int(os.environ.get("WORLD_SIZE", 1)) if world is None else world
+    for name, v in (("--tp", tp), ("--ep", ep), ("--pp", pp or 1)):
+        if v < 1 or world % v:
+            raise ValueError(f"{name} {v} does not divide the {world} conversion ranks "
+                             "(--nnodes x --nproc-per-node): choose a divisor, or change the rank count")
+    pp = pp or _default_pp(int(flags["num_layers"]), world // (tp * ep))
+    if world % (tp * pp) or (world // pp) % ep:
+        raise ValueError(f"--tp {tp} --pp {pp} --ep {ep}: TP x PP must divide the {world} conversion ranks, and EP "
+                         "the ranks of one pipeline stage; lower one of them")
+    par = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "expert_model_parallel_size": ep}
+    if ep > 1:
+        par["expert_tensor_parallel_size"] = 1
+    return par
+
+
 def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp: int | None = None,
-                     tp: int = 1, use_gpu: bool | None = None, progress: Callable[[str], None] = _log) -> Path:
+                     tp: int = 1, ep: int = 1, use_gpu: bool | None = None,
+                     progress: Callable[[str], None] = _log) -> Path:
     """Convert; returns ``save_dir``. ``spec``: a spec file, an argv list or a flag dict."""
     from slime.backends.megatron import hf_mapping as hm
     from slime.backends.megatron.model_args import check_hf_config, load_flags, unsupported_flags
@@ -109,14 +179,13 @@ def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp:
         raise FileExistsError(f"{out} is not empty; remove it or choose another --save")
 
     import torch.distributed as dist
-    from megatron.core import dist_checkpointing
 
     from slime.backends.megatron.model import HFReader, build_model, init_parallel, load_hf_into
 
     use_gpu = _want_gpu(use_gpu)
+    par = conversion_layout(flags, tp=tp, pp=pp, ep=ep)
+    pp = par["pipeline_model_parallel_size"]
     world = int(os.environ.get("WORLD_SIZE", 1))
-    pp = pp or _default_pp(int(flags["num_layers"]), world // tp)
-    par = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp}
     init_parallel(par, backend=None if use_gpu else "gloo")
     model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
     reader = HFReader(hf_dir)
@@ -130,14 +199,8 @@ def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp:
     moved = load_hf_into(model, flags, reader.get,
                          progress=lambda m: progress(f"{m} read ({time.time() - t0:.1f} s)"))
     progress(f"{moved / 2**30:.2f} GiB read into this rank's shard; saving torch_dist to {out}")
+    save_model_checkpoint(model, save_dir, "release")
     if dist.get_rank() == 0:
-        out.mkdir(parents=True, exist_ok=True)
-    dist.barrier()
-    state = {"model": model.sharded_state_dict(), "checkpoint_version": 3.0, "iteration": 0}
-    dist_checkpointing.save(state, str(out))
-    dist.barrier()
-    if dist.get_rank() == 0:
-        write_tracker(save_dir, "release")
         meta = {"source": str(Path(hf_dir).resolve()), "format": "torch_dist", "model_args": flags,
                 "conversion_parallel": par, "seconds": round(time.time() - t0, 1)}
         (save_dir / META).write_text(json.dumps(meta, indent=1, default=str))
@@ -199,7 +262,8 @@ def load_model_checkpoint(model, load_dir: str | Path, strict: bool = True) -> d
 
     m = unwrap(model)
     ckpt = checkpoint_subdir(load_dir)
-    state = dist_checkpointing.load({"model": m.sharded_state_dict()}, str(ckpt))
+    with torch_dist_io_without_cuda():
+        state = dist_checkpointing.load({"model": m.sharded_state_dict()}, str(ckpt))
     missing, unexpected = m.load_state_dict(state["model"], strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if strict and (missing or unexpected):
@@ -209,6 +273,7 @@ def load_model_checkpoint(model, load_dir: str | Path, strict: bool = True) -> d
 
 def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf_template: str | Path | None = None,
                      shard_bytes: int = 5 * 2**30, dtype: str = "bfloat16", use_gpu: bool | None = None,
+                     tp: int = 1, pp: int | None = None, ep: int = 1,
                      progress: Callable[[str], None] = _log) -> Path:
     """Write safetensors shards + index (+ config/tokenizer from ``hf_template``) to ``out_dir``."""
     import torch
@@ -232,9 +297,7 @@ def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf
         check_hf_config(flags, hf_template)
     t0 = time.time()
     use_gpu = _want_gpu(use_gpu)
-    world = int(os.environ.get("WORLD_SIZE", 1))
-    pp = _default_pp(int(flags["num_layers"]), world)
-    par = {"tensor_model_parallel_size": 1, "pipeline_model_parallel_size": pp}
+    par = conversion_layout(flags, tp=tp, pp=pp, ep=ep)
     init_parallel(par, backend=None if use_gpu else "gloo")
     model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
     load_model_checkpoint(model, load_dir)
@@ -242,15 +305,15 @@ def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     pp_rank = ps.get_pipeline_model_parallel_rank()
-    dp_rank = ps.get_data_parallel_rank()
     weight_map: dict[str, str] = {}
-    if dp_rank == 0:  # one writer per pipeline stage
-        tensors = iter_hf_tensors(model, flags, dtype=getattr(torch, dtype), device="cpu")
-        for i, bucket in enumerate(bucketed(tensors, shard_bytes)):
-            fname = f"model-pp{pp_rank:03d}-{i:05d}.safetensors"
-            save_file({n: t.contiguous() for n, t in bucket}, str(out_dir / fname), metadata={"format": "pt"})
-            weight_map.update({n: fname for n, _ in bucket})
-            progress(f"wrote {fname} ({len(bucket)} tensors)")
+    # every rank takes part in the TP gathers; each tensor is written by one rank (model.writes_tensor):
+    # TP rank 0 of the first replica of its stage, for a routed expert of its EP rank
+    tensors = iter_hf_tensors(model, flags, dtype=getattr(torch, dtype), device="cpu", only_written=True)
+    for i, bucket in enumerate(bucketed(tensors, shard_bytes)):
+        fname = f"model-pp{pp_rank:03d}-r{dist.get_rank():05d}-{i:05d}.safetensors"
+        save_file({n: t.contiguous() for n, t in bucket}, str(out_dir / fname), metadata={"format": "pt"})
+        weight_map.update({n: fname for n, _ in bucket})
+        progress(f"wrote {fname} ({len(bucket)} tensors)")
     d = hm.dims_from_flags(flags)
     if dist.get_rank() == 0:
         template_names: list[str] = []
@@ -269,6 +332,9 @@ def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf
     if dist.get_rank() == 0:
         merged: dict[str, str] = {}
         for m in maps:
+            twice = sorted(set(merged) & set(m))
+            if twice:
+                raise RuntimeError(f"export written twice: {twice[:5]}")
             merged.update(m)
         expected = set(hm.iter_hf_names(d)) | set(carried)
         if set(merged) != expected:
@@ -298,6 +364,8 @@ def _common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--nproc-per-node", type=int, default=1, help="processes per node")
     ap.add_argument("--cpu", action="store_true",
                     help="build the model on the CPU over gloo even where GPUs exist (default: GPUs when present)")
+    ap.add_argument("--tp", type=int, default=1, help="conversion tensor parallelism (default 1; loads reshard anyway)")
+    ap.add_argument("--ep", type=int, default=1, help="conversion expert parallelism (default 1; loads reshard anyway)")
 
 
 def main_hf_to_torch_dist(argv: Sequence[str] | None = None, script: str | None = None) -> int:
@@ -306,7 +374,6 @@ def main_hf_to_torch_dist(argv: Sequence[str] | None = None, script: str | None 
     ap.add_argument("--hf-checkpoint", required=True)
     ap.add_argument("--save", required=True, help="output dir (gets release/ and Megatron's tracker file)")
     ap.add_argument("--pp", type=int, default=None, help="conversion pipeline stages (default: all ranks)")
-    ap.add_argument("--tp", type=int, default=1, help="conversion tensor parallelism (default 1; loads reshard anyway)")
     _common(ap)
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
@@ -316,13 +383,15 @@ def main_hf_to_torch_dist(argv: Sequence[str] | None = None, script: str | None 
     try:  # refuse a mismatch, or an architecture not mapped yet, before torchrun, process groups or weights
         check_hf_config(load_flags(a.model_args), a.hf_checkpoint)
         require_mapped(load_flags(a.model_args))
-    except (ConfigMismatchError, ModelArgsError) as e:
+        conversion_layout(load_flags(a.model_args), tp=a.tp, pp=a.pp, ep=a.ep, world=a.nnodes * a.nproc_per_node)
+    except (ConfigMismatchError, ModelArgsError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     rc = maybe_launch_torchrun(argv, a.nnodes, a.nproc_per_node, script or sys.argv[0])
     if rc is not None:
         return rc
-    hf_to_torch_dist(a.hf_checkpoint, a.save, a.model_args, pp=a.pp, tp=a.tp, use_gpu=False if a.cpu else None)
+    hf_to_torch_dist(a.hf_checkpoint, a.save, a.model_args, pp=a.pp, tp=a.tp, ep=a.ep,
+                     use_gpu=False if a.cpu else None)
     return 0
 
 
@@ -335,20 +404,23 @@ def main_torch_dist_to_hf(argv: Sequence[str] | None = None, script: str | None 
                     help="HF dir whose config.json/tokenizer files are copied (and checked against the spec)")
     ap.add_argument("--shard-gb", type=float, default=5.0)
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--pp", type=int, default=None, help="pipeline stages reading it (default: all ranks)")
     _common(ap)
     argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
     from slime.backends.megatron.model_args import ConfigMismatchError, check_hf_config, load_flags
 
-    if a.hf_template:
-        try:
+    try:  # refuse before torchrun and process groups
+        if a.hf_template:
             check_hf_config(load_flags(a.model_args), a.hf_template)
-        except ConfigMismatchError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 2
+        conversion_layout(load_flags(a.model_args), tp=a.tp, pp=a.pp, ep=a.ep, world=a.nnodes * a.nproc_per_node)
+    except (ConfigMismatchError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     rc = maybe_launch_torchrun(argv, a.nnodes, a.nproc_per_node, script or sys.argv[0])
     if rc is not None:
         return rc
     torch_dist_to_hf(a.load, a.save, a.model_args, hf_template=a.hf_template,
-                     shard_bytes=int(a.shard_gb * 2**30), dtype=a.dtype, use_gpu=False if a.cpu else None)
+                     shard_bytes=int(a.shard_gb * 2**30), dtype=a.dtype, use_gpu=False if a.cpu else None,
+                     tp=a.tp, pp=a.pp, ep=a.ep)
     return 0

@@ -14,6 +14,11 @@
   linears; the (1+w) RMSNorm of these checkpoints is :class:`OnePlusRMSNorm` (megatron-core's
   local norm refuses ``layernorm_zero_centered_gamma``), and the GDN output norm keeps a plain
   weight (:class:`GatedOutputRMSNorm`), as the checkpoint's does;
+- sequence parallel: megatron-core's local norm (``WrappedTorchNorm``) refuses it, so every norm
+  of the local spec is :class:`SPNorm` (the same torch RMSNorm/LayerNorm, its weights marked
+  ``sequence_parallel`` so megatron-core sums their gradients over TP);
+- MLA at TP > 1: :class:`MLASelfAttentionTP` sums the rotary key's gradient over TP, which
+  megatron-core's MLA drops when its kv down projection is a column-parallel linear;
 - GLM-5 (DSA): megatron-core's ``AbsorbedMLASelfAttention`` with its ``DSAttention`` core and
   ``DSAIndexer`` on the layers that compute the index top-k (the others reuse it), assembled from
   local linears for the same reason; the indexer's projections are replicated over TP
@@ -106,12 +111,147 @@ class GatedOutputRMSNorm(torch.nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-def _norm_class(flags: Mapping[str, Any]):
+class TPReplicatedState:
+    """A norm's checkpoint entries, replicated over TP: megatron-core's default for a plain torch
+    module nested in its MLP or attention (GLM-4's sandwich norms) drops the TP group, so every TP
+    rank claimed to hold the main copy and a checkpoint saved at TP 1 failed to load at TP 2."""
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None):
+        from megatron.core import parallel_state as ps
+        from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group, make_sharded_tensors_for_checkpoint
+
+        metadata = ensure_metadata_has_dp_cp_group(metadata)
+        return make_sharded_tensors_for_checkpoint(self.state_dict(prefix="", keep_vars=True), prefix, {},
+                                                   sharded_offsets, tp_group=ps.get_tensor_model_parallel_group(),
+                                                   dp_cp_group=metadata["dp_cp_group"])
+
+
+class _RMSNorm(TPReplicatedState, torch.nn.RMSNorm):
+    pass
+
+
+class _LayerNorm(TPReplicatedState, torch.nn.LayerNorm):
+    pass
+
+
+class SPNorm:
+    """megatron-core's ``WrappedTorchNorm`` (torch's RMSNorm / LayerNorm, same parameter names and dtype)
+    that also works with sequence parallel: each TP rank normalises its slice of the sequence, so
+    each holds a partial gradient of the replicated weight; marking it ``sequence_parallel`` makes
+    megatron-core's ``finalize_model_grads`` sum it over the TP group."""
+
+    def __new__(cls, config, hidden_size: int, eps: float = 1e-5, **_unused) -> torch.nn.Module:
+        if config.layernorm_zero_centered_gamma:  # (1+w) norms are OnePlusRMSNorm, chosen by the spec
+            raise ValueError("--apply-layernorm-1p: this layer spec's norm scales by w, not 1 + w")
+        if config.normalization == "RMSNorm":
+            norm = _RMSNorm(hidden_size, eps=eps)
+        elif config.normalization == "LayerNorm":
+            norm = _LayerNorm(hidden_size, eps=eps)
+        else:
+            raise ValueError(f"--normalization {config.normalization}: expected RMSNorm or LayerNorm")
+        for p in norm.parameters():
+            p.sequence_parallel = bool(config.sequence_parallel)
+        return norm
+
+
+def _swap_norms(sub: Any) -> None:
+    """Replace megatron-core's local norm by :class:`SPNorm` in a layer's submodules, nested specs
+    included (MLA's q/kv norms, the qk norms)."""
+    import dataclasses
+
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
+    if sub is None or not dataclasses.is_dataclass(sub):
+        return
+    for f in dataclasses.fields(sub):
+        v = getattr(sub, f.name)
+        if v is WrappedTorchNorm:
+            setattr(sub, f.name, SPNorm)
+        elif isinstance(v, ModuleSpec):
+            if v.module is WrappedTorchNorm:
+                v.module = SPNorm
+            _swap_norms(v.submodules)
+        elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+            _swap_norms(v)
+
+
+class _SumRotaryKeyGrad(torch.autograd.Function):
+    """Identity forward; backward sums the rotary-key columns of the gradient over TP.
+
+    MLA's rotary key (the last ``qk_pos_emb_head_dim`` columns of the kv down projection) is shared
+    by every head, and each TP rank holds only its heads: its gradient is partial per rank. The
+    compressed-kv columns reach here already summed (through the up projection's input all-reduce)."""
+
+    @staticmethod
+    def forward(ctx, x, start: int, group):
+        ctx.start, ctx.group = start, group
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        import torch.distributed as dist
+
+        grad = grad.clone()
+        pos = grad[..., ctx.start:].contiguous()
+        dist.all_reduce(pos, group=ctx.group)
+        grad[..., ctx.start:] = pos
+        return grad, None, None
+
+
+def mla_self_attention_tp():
+    """megatron-core's ``MLASelfAttention`` with the TP gradient of the rotary key made whole.
+
+    With a column-parallel kv down projection, megatron-core gathers its output over TP and splits
+    off the rotary key; the gather's backward keeps each rank's own column slice of a gradient
+    that is, for the rotary key, only the sum over that rank's heads (TP 2 moved the embedding and
+    kv down-projection gradients by up to 3e-3). Here the output is gathered first and:
+    - with sequence parallel, scattered back to this rank's sequence slice, so that megatron-core
+      gathers the rotary key over the sequence, whose backward (a reduce-scatter) sums it over TP;
+    - without, passed through :class:`_SumRotaryKeyGrad`.
+    Without sequence parallel the q norm's input is the whole (gathered) latent on every rank, so
+    its gradient is already whole: it is averaged over TP, not summed (megatron-core sums every
+    ``q_layernorm`` for per-head qk norms)."""
+    from megatron.core.tensor_parallel.mappings import (
+        gather_from_tensor_model_parallel_region,
+        scatter_to_sequence_parallel_region,
+    )
+    from megatron.core.transformer.multi_latent_attention import MLASelfAttention
+
+    class MLASelfAttentionTP(MLASelfAttention):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if not self.config.sequence_parallel and self.tp_group is not None and self.tp_group.size() > 1:
+                for p in getattr(self, "q_layernorm", torch.nn.Identity()).parameters():
+                    p.average_gradients_across_tp_domain = True
+
+        def _qkv_down_projection(self, hidden_states):
+            q_compressed, kv_combined = super()._qkv_down_projection(hidden_states)
+            width = self.config.kv_lora_rank + self.config.qk_pos_emb_head_dim
+            if kv_combined.size(-1) != width:  # column-parallel: this rank's slice of the columns
+                kv_combined = gather_from_tensor_model_parallel_region(kv_combined, group=self.tp_group)
+                if self.config.sequence_parallel:
+                    kv_combined = scatter_to_sequence_parallel_region(kv_combined, group=self.tp_group)
+                else:
+                    kv_combined = _SumRotaryKeyGrad.apply(kv_combined, self.config.kv_lora_rank, self.tp_group)
+            return q_compressed, kv_combined
+
+    return MLASelfAttentionTP
+
+
+_MLA_TP = None
+
+
+def _mla_tp_class():
+    global _MLA_TP
+    if _MLA_TP is None:
+        _MLA_TP = mla_self_attention_tp()
+    return _MLA_TP
+
+
+def _norm_class(flags: Mapping[str, Any]):
     from slime.model_spec import _bool
 
-    return OnePlusRMSNorm if _bool(flags, "apply_layernorm_1p") else WrappedTorchNorm
+    return OnePlusRMSNorm if _bool(flags, "apply_layernorm_1p") else SPNorm
 
 
 def hybrid_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp_stage: int | None = None):
@@ -214,11 +354,20 @@ def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp
         config.experimental_attention_variant = None
     block = get_gpt_decoder_block_spec(config, use_transformer_engine=False,
                                        normalization=str(flags.get("normalization", "LayerNorm")), vp_stage=vp_stage)
+    from megatron.core.transformer.multi_latent_attention import MLASelfAttention
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    if block.layer_norm is WrappedTorchNorm:
+        block.layer_norm = SPNorm
     seen: set[int] = set()
     for spec in block.layer_specs:
         if id(spec) in seen:  # the dense and the MoE spec are shared objects: patch each once
             continue
         seen.add(id(spec))
+        if not dsa:  # DSA's indexer keeps megatron-core's norm (its TP > 1 is not covered)
+            _swap_norms(spec.submodules)
+        if spec.submodules.self_attention.module is MLASelfAttention:
+            spec.submodules.self_attention.module = _mla_tp_class()
         if dsa:
             spec.submodules.self_attention = dsa_attention_spec(config)  # its own (sparse) core attention
         elif core_attention is not None:

@@ -252,12 +252,12 @@ def load_hf_into(model, flags: Mapping[str, Any], get: Callable[[str], torch.Ten
 
     hm.require_mapped(flags)
     d = hm.dims_from_flags(flags)
-    tp, tp_rank = ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank()
-    padded = padded_vocab_size(flags, tp)
+    padded = padded_vocab_size(flags, ps.get_tensor_model_parallel_world_size())
     moved = 0
     last_layer = None
     for name, p in global_named_parameters(model):
         full = hm.hf_to_mcore(name, get, d, padded)
+        tp, tp_rank, _ = tp_layout(name)
         shard = hm.shard_for_tp(name, full, tp, tp_rank, d)
         if tuple(shard.shape) != tuple(p.shape):
             raise ValueError(f"{name}: HF gives {tuple(shard.shape)}, the model has {tuple(p.shape)}")
@@ -274,30 +274,74 @@ def load_hf_into(model, flags: Mapping[str, Any], get: Callable[[str], torch.Ten
 # --- model -> HF ------------------------------------------------------------------------------
 
 
-def _gather_tp(name: str, t: torch.Tensor, d: hm.Dims | None = None) -> torch.Tensor:
+def is_expert(name: str) -> bool:
+    """A routed expert's tensor (split over EP, and over the expert-TP group, not TP)."""
+    return _LOCAL_EXPERT in name
+
+
+def tp_layout(name: str) -> tuple[int, int, Any]:
+    """(size, rank, group) of the tensor-parallel group that splits ``name``: the expert-TP group
+    for routed experts (``--expert-tensor-parallel-size``, which may differ from TP), TP otherwise."""
     from megatron.core import parallel_state as ps
 
-    tp = ps.get_tensor_model_parallel_world_size()
+    if not ps.model_parallel_is_initialized():
+        return 1, 0, None
+    if is_expert(name):
+        return (ps.get_expert_tensor_parallel_world_size(), ps.get_expert_tensor_parallel_rank(),
+                ps.get_expert_tensor_parallel_group())
+    return (ps.get_tensor_model_parallel_world_size(), ps.get_tensor_model_parallel_rank(),
+            ps.get_tensor_model_parallel_group())
+
+
+def _gather_tp(name: str, t: torch.Tensor, d: hm.Dims | None = None) -> torch.Tensor:
+    tp, _, group = tp_layout(name)
     if tp == 1 or hm.tp_axis(name) is None:
         return t
     shards = [torch.empty_like(t) for _ in range(tp)]
-    dist.all_gather(shards, t.contiguous(), group=ps.get_tensor_model_parallel_group())
+    dist.all_gather(shards, t.contiguous(), group=group)
     return hm.merge_tp(name, shards, d)
+
+
+def writes_tensor(name: str) -> bool:
+    """Whether this rank is the one that writes ``name`` after the TP gather: TP rank 0 of the
+    first data-parallel replica (for a routed expert, of the first expert-data-parallel replica,
+    so that every EP rank writes its own experts)."""
+    from megatron.core import parallel_state as ps
+
+    if not ps.model_parallel_is_initialized():
+        return True
+    if is_expert(name):
+        return ps.get_expert_tensor_parallel_rank() == 0 and ps.get_expert_data_parallel_rank() == 0
+    return ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0
 
 
 @torch.no_grad()
 def iter_hf_tensors(model, flags: Mapping[str, Any], dtype: torch.dtype | None = None,
-                    device: str | torch.device | None = None) -> Iterator[tuple[str, torch.Tensor]]:
-    """This pipeline stage's weights under HF names, TP-merged (every TP rank gets them all).
+                    device: str | torch.device | None = None, grads: bool = False,
+                    only_written: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
+    """This pipeline stage's weights under HF names, TP-merged (every TP rank gets them all; this
+    EP rank's experts under global names).
 
     ``dtype`` casts (None keeps the training dtype); ``device`` moves (None keeps them on the GPU).
+    ``grads``: the parameters' gradients instead, laid out the same way (``main_grad`` under
+    megatron's DDP). ``only_written``: yield only what :func:`writes_tensor` gives this rank (the
+    gather still runs on every rank: it is collective).
     """
     hm.require_mapped(flags)
     d = hm.dims_from_flags(flags)
     for name, p in global_named_parameters(model):
         if d.tied and name == "output_layer.weight":
             continue  # tied: the HF checkpoint has embed_tokens only
-        full = _gather_tp(name, p.data, d)
+        t = p.data
+        if grads:
+            g = getattr(p, "main_grad", None)
+            g = p.grad if g is None else g
+            if g is None:
+                continue  # buffers (router expert bias) and frozen weights have no gradient
+            t = g
+        full = _gather_tp(name, t, d)
+        if only_written and not writes_tensor(name):
+            continue
         for hf_name, t in hm.mcore_to_hf(name, full, d):
             if dtype is not None and not name.endswith("router.expert_bias"):  # kept fp32, as published
                 t = t.to(dtype)
