@@ -199,11 +199,12 @@ def test_chinese_page_has_no_english_after_every_step_and_a_server_error(new_pag
 
 @pytest.mark.browser
 def test_chinese_page_words_the_runtime_refusals_in_chinese(new_page):
-    """A GPU recipe with TP > 1 (refused by the runtime today: weight export from rank 0) and SC with
-    TIS (refused: the ratio would weigh the loss twice): the runtime's codes are worded in Chinese,
+    """A GPU recipe with CP > 1 (refused by the runtime: no Transformer Engine) and SC with TIS
+    (refused: the ratio would weigh the loss twice): the runtime's codes are worded in Chinese,
     with flags and values as code, and no refusal falls back to the runtime's English."""
     page = new_page(lang="zh")
-    act(page, lambda: page.select_option('[data-field="model.recipe"]', "glm4.7"))
+    act(page, lambda: page.select_option('[data-field="model.recipe"]', "glm4-9b"))
+    act(page, lambda: page.locator('[data-field="corrections.tis"]').check())
     act(page, lambda: page.locator('[data-field="corrections.sc"]').check())
     found = page.evaluate("""() => Array.from(document.querySelectorAll('.finding:not(.ref)')).filter(
         (el) => (el.querySelector('b')?.textContent || '').includes('RUNTIME')).map((el) => {
@@ -213,7 +214,7 @@ def test_chinese_page_words_the_runtime_refusals_in_chinese(new_page):
                     verbatim: el.querySelectorAll('code.runtime-reason').length};
         })""")
     codes = {c for f in found for c in f["codes"]}
-    assert {"--tensor-model-parallel-size 8", "--use-sc", "--use-tis"} <= codes, found
+    assert {"--context-parallel-size 2", "--use-sc", "--use-tis"} <= codes, found
     assert all(f["verbatim"] == 0 and "运行时拒绝" in f["prose"] for f in found), found
     allowed = ALLOWED | TUTORIAL_TERMS
     leftovers = {f["prose"]: [w for w in _leftovers(f["prose"]) if w not in allowed
