@@ -262,7 +262,7 @@ def test_runtime_serves_pd_from_sglang_yaml_a_killed_prefill_engine_loses_no_sam
         # Who sends a failed request again depends on when the kill lands: the manager (counted in
         # rollout/pd_retries) after the router's 5xx, or sglang-router's own retry once the monitor has
         # registered the new prefill engine. Either way no sample may be lost or aborted (below).
-        assert metrics["rollout/pd_retries"] >= 0 and "rollout/pd_retries" in metrics
+        assert "rollout/pd_retries" in metrics  # reported, whoever retried
         ids = Counter((s.prompt_id, s.group_index) for s in samples)
         assert len(samples) == 16 and len(ids) == 4 and set(ids.values()) == {4}
         assert all(s.response_tokens and s.status.value != "aborted" for s in samples)
