@@ -267,6 +267,11 @@ def test_runtime_serves_pd_from_sglang_yaml_a_killed_prefill_engine_loses_no_sam
         assert len(samples) == 16 and len(ids) == 4 and set(ids.values()) == {4}
         assert all(s.response_tokens and s.status.value != "aborted" for s in samples)
         assert {s.weight_version for s in samples} == {str(rt.version)}
+        # The rollout can finish on the decode engine before the monitor notices the dead prefill engine
+        # (its KV was already sent): wait, bounded, for the restart.
+        deadline = time.monotonic() + 120
+        while rt.monitor.restarts == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert rt.monitor.restarts == 1, rt.monitor.errors
         new = rt.engines[0]
         listed = {w["url"]: w for w in admin.list_workers()}
