@@ -174,6 +174,7 @@ def write_calls(out: Path, wheels: list[Path], budget_bytes: int) -> list[list[s
     calls = plan_calls({w.name: w.stat().st_size for w in wheels}, budget_bytes)
     by_name = {w.name: w for w in wheels}
     lines = []
+    carry = out.name  # the folder the device call carries, as named relative to the checkout root
     for i, names in enumerate(calls, 1):
         d = out / f"call{i}"
         d.mkdir(parents=True, exist_ok=True)
@@ -181,10 +182,10 @@ def write_calls(out: Path, wheels: list[Path], budget_bytes: int) -> list[list[s
             shutil.move(str(by_name[n]), d / n)
         size = sum((d / n).stat().st_size for n in names)
         last = i == len(calls)
-        lines.append(f"call {i}: carry .whl/call{i} ({size / 2**20:.1f} MiB, {len(names)} wheels)"
+        lines.append(f"call {i}: carry {carry}/call{i} ({size / 2**20:.1f} MiB, {len(names)} wheels)"
                      + ("; then run the tests: bash tools/run_gpu_tests.sh --part N" if last else
                         "; install only: python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "
-                        f"--target /tmp/site .whl/call{i}/*.whl"))
+                        f"--target /tmp/site {carry}/call{i}/*.whl"))
     (out / "plan.txt").write_text("\n".join(lines) + "\n")
     return calls
 

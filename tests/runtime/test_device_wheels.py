@@ -96,12 +96,12 @@ def test_write_calls_moves_the_wheels_into_call_folders_and_writes_the_plan(tmp_
         p = tmp_path / name
         p.write_bytes(b"x" * size)
         wheels.append(p)
-    calls = bdw.write_calls(tmp_path, wheels, 60)
+    calls = bdw.write_calls(tmp_path / ".whl-tl", wheels, 60)  # the plan names the folder it was written to
     assert calls == [["a-1-py3-none-any.whl", "c-1-py3-none-any.whl"], ["b-1-py3-none-any.whl"]]
-    assert sorted(p.name for p in (tmp_path / "call1").iterdir()) == ["a-1-py3-none-any.whl", "c-1-py3-none-any.whl"]
-    plan = (tmp_path / "plan.txt").read_text().splitlines()
-    assert plan[0].startswith("call 1: carry .whl/call1") and "install only" in plan[0]
-    assert plan[1].startswith("call 2: carry .whl/call2") and "run_gpu_tests.sh" in plan[1]
+    assert sorted(p.name for p in (tmp_path / ".whl-tl" / "call1").iterdir()) == ["a-1-py3-none-any.whl", "c-1-py3-none-any.whl"]
+    plan = (tmp_path / ".whl-tl" / "plan.txt").read_text().splitlines()
+    assert plan[0].startswith("call 1: carry .whl-tl/call1") and "install only" in plan[0]
+    assert plan[1].startswith("call 2: carry .whl-tl/call2") and "run_gpu_tests.sh" in plan[1]
 
 
 def test_an_lzma_recompressed_wheel_installs_with_pip(tmp_path):
