@@ -40,8 +40,22 @@ def test_a_megatron_step_peaks_within_15_percent_of_the_estimate(shape, tmp_path
     assert abs(est / measured - 1) <= 0.15
 
 
-def test_the_embedded_engine_peaks_within_15_percent_of_its_estimate():
-    """tiny-gpu's model (scripts/models/tiny-cpu.sh) serving one rollout of 32 prompts x 8 samples."""
+# (name, model spec, rows served at once, prompt tokens, new tokens): tiny-gpu's rollout of 32 prompts x 8
+# samples, then a small and a 3B dense shape with real vocabularies and longer answers, where the KV cache
+# and the logits, not the workspace, decide the peak.
+ENGINE_SHAPES = [
+    ("tiny", None, 256, 12, 2),
+    ("50m", {"vocab-size": 32000}, 128, 64, 128),
+    ("3b", {"num-layers": 36, "hidden-size": 2048, "ffn-hidden-size": 11008, "num-attention-heads": 16,
+            "num-query-groups": 2, "kv-channels": 128, "vocab-size": 151936}, 64, 256, 256),
+]
+
+
+@pytest.mark.parametrize("name,over,rows,prompt_len,new_tokens", ENGINE_SHAPES, ids=[s[0] for s in ENGINE_SHAPES])
+def test_the_embedded_engine_peaks_within_15_percent_of_its_estimate(name, over, rows, prompt_len, new_tokens,
+                                                                     tmp_path):
+    """The engine serving `rows` requests at once: weights, KV cache, prefill, logits and workspace."""
+    from gpu_helpers import record, spec_text
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from lab.memory_model import embedded_engine_parts
@@ -49,7 +63,11 @@ def test_the_embedded_engine_peaks_within_15_percent_of_its_estimate():
     from slime.backends.embedded.sampler import RowParams
     from slime.model_spec import load_model_spec
 
-    spec = load_model_spec(ROOT / "scripts" / "models" / "tiny-cpu.sh")
+    if over is None:
+        spec = load_model_spec(ROOT / "scripts" / "models" / "tiny-cpu.sh")
+    else:
+        (tmp_path / "spec.sh").write_text(spec_text(**over))
+        spec = load_model_spec(tmp_path / "spec.sh")
     cfg = Qwen2Config(vocab_size=spec.vocab, hidden_size=spec.hidden, intermediate_size=spec.ffn,
                       num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
                       num_key_value_heads=spec.kv_groups, head_dim=spec.kv_channels, tie_word_embeddings=False)
@@ -60,9 +78,9 @@ def test_the_embedded_engine_peaks_within_15_percent_of_its_estimate():
     with torch.device("cuda"):
         model = Qwen2ForCausalLM(cfg).to(torch.bfloat16).eval()
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(4, spec.vocab, (12,), generator=g).tolist() for _ in range(256)]
+    prompts = [torch.randint(4, spec.vocab, (prompt_len,), generator=g).tolist() for _ in range(rows)]
     batcher = ContinuousBatcher(model, (), torch.Generator().manual_seed(0), threading.Lock())
-    batcher.run(prompts, [RowParams(max_new_tokens=2, ignore_eos=True, seed=i) for i in range(256)])
+    batcher.run(prompts, [RowParams(max_new_tokens=new_tokens, ignore_eos=True, seed=i) for i in range(rows)])
     torch.cuda.synchronize()
     measured = (torch.cuda.max_memory_allocated() - base) / GIB
     snapshot = torch.cuda.memory._snapshot()
@@ -72,8 +90,10 @@ def test_the_embedded_engine_peaks_within_15_percent_of_its_estimate():
         frames = [f"{Path(f['filename']).name}:{f['line']}:{f['name']}" for f in b.get("frames", [])
                   if "slime" in f["filename"] or "transformers" in f["filename"]][:3]
         print(f"  live {b['size'] / 2**20:8.1f} MiB  {' <- '.join(frames)}")
-    parts = embedded_engine_parts(spec, 256, 14)
+    parts = embedded_engine_parts(spec, rows, prompt_len + new_tokens)
     est = sum(parts.values()) / GIB
-    print(f"MEMORY embedded engine (tiny): measured {measured:.3f} GiB, estimate {est:.3f} GiB "
+    record(f"engine_memory_{name}", {"params_b": round(spec.total_params / 1e9, 3), "measured_gib": round(measured, 3),
+                                     "estimate_gib": round(est, 3), "error": round(est / measured - 1, 4)})
+    print(f"MEMORY embedded engine ({name}): measured {measured:.3f} GiB, estimate {est:.3f} GiB "
           f"({est / measured - 1:+.1%}); " + ", ".join(f"{k} {v / GIB:.3f}" for k, v in parts.items()))
     assert abs(est / measured - 1) <= 0.15
