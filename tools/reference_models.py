@@ -157,22 +157,49 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
+# Second shapes of a family (name -> base family, config changes, spec changes): a check written on
+# one fixture must also hold where head counts, layer counts and index frequency differ. glm_moe_dsa:b
+# has the real model's index-sharing pattern (every 4th layer from offset 3) at 7 layers, 8 attention
+# heads, 32 indexer heads picking 16 keys, 16 experts with 4 per token.
+VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
+    "glm_moe_dsa:b": ("glm_moe_dsa",
+                      dict(hidden_size=96, num_hidden_layers=7, num_attention_heads=8, num_key_value_heads=8,
+                           index_n_heads=32, index_topk=16, index_topk_freq=4, index_skip_topk_offset=3,
+                           n_routed_experts=16, num_experts_per_tok=4),
+                      {"--hidden-size": "96", "--num-layers": "7", "--num-attention-heads": "8",
+                       "--index-n-heads": "32", "--index-topk": "16", "--index-topk-freq": "4",
+                       "--index-skip-topk-offset": "3", "--num-experts": "16", "--moe-router-topk": "4",
+                       "--moe-layer-freq": '"[0]*1+[1]*6"'}),
+}
+
+
+def entry(family: str) -> dict[str, Any]:
+    """A family's table entry, or a variant's: its base family's with the variant's changes."""
+    if family in FAMILIES:
+        return FAMILIES[family]
+    base, config_over, spec_over = VARIANTS[family]
+    e = FAMILIES[base]
+    cls_name, kw = e["config"]
+    spec = [ln for ln in e["spec"] if ln.split()[0] not in spec_over]
+    return {**e, "config": (cls_name, {**kw, **config_over}),
+            "spec": spec + [f"{k} {v}" for k, v in spec_over.items()]}
+
 def spec_text(family: str, overrides: dict[str, str] | None = None) -> str:
     """The MODEL_ARGS file of a family's tiny reference (``overrides``: flag -> new value, for
     deliberate mismatches)."""
-    lines = [*FAMILIES[family]["spec"], *COMMON]
+    lines = [*entry(family)["spec"], *COMMON]
     for flag, value in (overrides or {}).items():
         lines = [ln for ln in lines if ln.split()[0] != flag] + [f"{flag} {value}".strip()]
     body = "\n".join(f"   {ln}" for ln in lines)
     return ("# shellcheck shell=bash\n# shellcheck disable=SC2034\n"
             f"# Tiny reference of the {family} family (tools/reference_models.py); real sizes: "
-            f"scripts/models/{FAMILIES[family]['real']}\nMODEL_ARGS=(\n{body}\n)\n")
+            f"scripts/models/{entry(family)['real']}\nMODEL_ARGS=(\n{body}\n)\n")
 
 
 def make_config(family: str):
     import transformers
 
-    cls_name, kw = FAMILIES[family]["config"]
+    cls_name, kw = entry(family)["config"]
     kw = dict(kw)
     if "text_config" in kw:
         kw["text_config"] = {"pad_token_id": 0, **kw["text_config"]}
@@ -322,7 +349,7 @@ def build(family: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0) 
     sd: dict = {}
     for f in files:
         sd.update(load_file(str(f)))
-    mtp_layers = FAMILIES[family]["spec"]
+    mtp_layers = entry(family)["spec"]
     if any(s.startswith("--mtp-num-layers") for s in mtp_layers):
         sd.update(_mtp_tensors(family, sd, cfg))
         for f in files:
