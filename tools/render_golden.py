@@ -21,11 +21,20 @@ sys.path.insert(0, str(ROOT / "bench"))
 GOLDEN = ROOT / "tests" / "fixtures" / "render_golden.json"
 
 
+def _pinned(prov: dict) -> dict:
+    """The provenance record with the checkout's own state fixed (commit, dirty, which files differ
+    from it): those change with every commit; the source files' hashes stay, they are the content."""
+    prov = dict(prov, checkout={"commit": "0" * 40, "dirty": False, "repository": "git"})
+    prov["sources"] = {k: {**v, "modified": False} if "modified" in v else v for k, v in prov["sources"].items()}
+    return prov
+
+
 def renders() -> dict[str, str]:
     """'recipe/variant/file' -> sha256 of the rendered bytes."""
     from lab_clean_configs import VARIANTS, configuration
 
-    from lab.recipes import all_recipes
+    from lab.provenance import provenance
+    from lab.recipes import all_recipes, get_recipe
     from lab.render import render_all
 
     out: dict[str, str] = {}
@@ -36,7 +45,7 @@ def renders() -> dict[str, str]:
             except Exception as exc:  # a variant the lab refuses at the field is recorded as such
                 out[f"{recipe}/{variant}/refused"] = type(exc).__name__
                 continue
-            for name, text in sorted(render_all(exp).items()):
+            for name, text in sorted(render_all(exp, prov=_pinned(provenance(get_recipe(recipe), exp.install.image))).items()):
                 out[f"{recipe}/{variant}/{name}"] = hashlib.sha256(text.encode()).hexdigest()
     return out
 
