@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
+import typing
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,22 @@ def test_the_flag_and_the_lab_offer_exactly_the_records():
     assert all(estimators.get(name).name == name for name in NAMES)
     with pytest.raises(ValueError, match="unknown advantage estimator 'grpoo'; known: cispo, dr_grpo"):
         estimators.get("grpoo")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_each_record_is_consistent_and_every_form_it_names_exists(name):
+    from slime.data.batch_builder import ADVANTAGE_FORMS
+
+    rec = estimators.get(name)
+    assert rec.advantage in ADVANTAGE_FORMS and set(ADVANTAGE_FORMS) == set(typing.get_args(estimators.AdvantageForm))
+    assert rec.policy_loss in typing.get_args(estimators.PolicyLossForm)
+    assert rec.aggregation in typing.get_args(estimators.AggregationForm)
+    if rec.group_relative:  # the group is the whole baseline: no KL in the reward, no critic
+        assert rec.advantage != "raw" and rec.token_kl is None and not rec.needs_critic
+    if rec.sc_allowed:  # SC replaces a group-centred reward and PPO's loss, and puts no KL in the reward
+        assert rec.group_relative and rec.policy_loss == "ppo"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rec.sc_allowed = not rec.sc_allowed  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("name", NAMES)
