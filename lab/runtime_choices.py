@@ -1,7 +1,8 @@
 """The choice lists the lab offers, read from the runtime's own registries (torch-free, Ray-free).
 
-One source of truth: the estimators and KL estimators are the `choices` of the runtime's argparse
-flags (`slime.args.build_parser`), the reward types the keys of `slime.rewards.REWARD_TYPES` less
+One source of truth: the estimators are the runtime's records (`slime.estimators`, which the
+`--advantage-estimator` choices list too), the KL estimators the `choices` of the runtime's argparse
+flag (`slime.args.build_parser`), the reward types the keys of `slime.rewards.REWARD_TYPES` less
 the ones the runtime marks as test-only. When the runtime gains a choice, the lab offers it with
 no lab change; when it drops one, the lab stops offering it.
 """
@@ -28,7 +29,10 @@ def flag_choices(flag: str) -> tuple[str, ...]:
 
 
 def advantage_estimators() -> tuple[str, ...]:
-    return flag_choices("--advantage-estimator")
+    """The runtime's estimator records (slime/estimators.py), in the order the parser offers them."""
+    from slime import estimators
+
+    return estimators.names()
 
 
 def kl_estimators() -> tuple[str, ...]:

@@ -16,6 +16,7 @@ import re
 from functools import lru_cache
 from typing import Any, Sequence
 
+from slime import estimators
 from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
 from slime.backends.registry import backend_names
 from slime.config import (
@@ -69,10 +70,8 @@ MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
 
 
 def advantage_estimator_choices() -> list[str]:
-    """The registry's estimators (slime/data/batch_builder.py, torch-free)."""
-    from slime.data.batch_builder import ADVANTAGE_ESTIMATORS
-
-    return list(ADVANTAGE_ESTIMATORS)
+    """The estimators' records (slime/estimators.py, torch-free)."""
+    return list(estimators.names())
 
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root")
@@ -707,8 +706,7 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
         e.append(_R("gbs_dp", gbs=gbs, dp=dp))
     if b.use_dynamic_batch_size and not b.max_tokens_per_gpu:
         e.append(_R("dynamic_batch"))
-    if r.n_samples_per_prompt == 1 and cfg.loss.advantage_estimator in GROUP_ESTIMATORS \
-            and cfg.loss.normalize_rewards:
+    if r.n_samples_per_prompt == 1 and estimators.of(cfg.loss).group_relative and cfg.loss.normalize_rewards:
         e.append(_R("one_sample_group"))
     e.extend(_algorithm_errors(cfg))
     if not r.rm_type and not r.custom_rm_path:
@@ -783,13 +781,6 @@ def validate(cfg: Config, environment: bool = True) -> list[str]:
     return e
 
 
-GROUP_ESTIMATORS = ("grpo", "dr_grpo", "gspo", "cispo")
-# SC replaces the advantage by centred importance-weighted scores and the loss by plain REINFORCE:
-# the estimators whose advantage is a group-centred reward and whose loss is PPO's (gspo / cispo
-# have their own losses, reinforce_plus_plus* their own KL-in-reward advantages).
-SC_ESTIMATORS = ("grpo", "dr_grpo")
-
-
 def _sc_errors(cfg: Config) -> list[str]:
     loss = cfg.loss
     if not loss.use_sc:
@@ -798,7 +789,7 @@ def _sc_errors(cfg: Config) -> list[str]:
     for flag, on in (("--use-tis", loss.use_tis), ("--use-icepop", loss.use_icepop)):
         if on:
             e.append(_R("sc_ratio", flag=flag))
-    if loss.advantage_estimator not in SC_ESTIMATORS:
+    if not estimators.of(loss).sc_allowed:
         e.append(_R("sc_estimator", estimator=loss.advantage_estimator))
     if loss.kl_coef != 0.0:
         e.append(_R("sc_kl_coef", kl_coef=loss.kl_coef))
@@ -813,13 +804,13 @@ def _algorithm_errors(cfg: Config) -> list[str]:
     """Estimator / loss combinations this build runs as defined, or refuses (never replaces)."""
     e: list[str] = []
     loss, o = cfg.loss, cfg.optim
-    est = loss.advantage_estimator
+    est = estimators.of(loss)
     e.extend(_critic_errors(cfg))
-    if loss.kl_coef != 0.0 and est in GROUP_ESTIMATORS:
-        e.append(_R("kl_coef_group", kl_coef=loss.kl_coef, estimator=est))
+    if loss.kl_coef != 0.0 and est.group_relative:
+        e.append(_R("kl_coef_group", kl_coef=loss.kl_coef, estimator=est.name))
     if loss.kl_coef < 0:
         e.append(_R("kl_coef_negative"))
-    if est == "dr_grpo" and loss.calculate_per_token_loss:
+    if est.aggregation == "constant_norm" and loss.calculate_per_token_loss:
         e.append(_R("dr_grpo_per_token"))
     e.extend(_sc_errors(cfg))
     if o.lr_decay_style not in LR_DECAY_STYLES:
@@ -847,7 +838,7 @@ def _critic_errors(cfg: Config) -> list[str]:
     Whether the trainer backend has a critic is its capability check's to say (slime/backends)."""
     loss, c = cfg.loss, cfg.critic
     e: list[str] = []
-    if loss.advantage_estimator != "ppo":
+    if not estimators.of(loss).needs_critic:
         set_ = [flag for flag, on in (("--gamma", loss.gamma != 1.0), ("--lambd", loss.lambd != 1.0),
                                       ("--value-clip", loss.value_clip != 0.2), ("--critic-lr", c.lr is not None),
                                       ("--critic-load", c.load is not None), ("--critic-save", c.save is not None))

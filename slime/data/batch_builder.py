@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable, Sequence, Union
 
+from slime import estimators
+
 if TYPE_CHECKING:  # pragma: no cover - typing only, torch is optional here
     import torch
 
@@ -76,78 +78,42 @@ def normalize_group_rewards(
 
 
 # --- advantage estimators ---------------------------------------------------------------------
-# Each estimator maps per-sample rewards to per-sample advantages. Token-level values that need
-# the trainer's log-probs (KL in the reward) or the critic's values (ppo's GAE) are computed from
-# these by slime/training/advantages.py.
+# Each estimator (slime/estimators.py) names the form of its per-sample advantages; this maps the
+# form to the function. Token-level values that need the trainer's log-probs (KL in the reward)
+# or the critic's values (ppo's GAE) are computed from these by slime/training/advantages.py.
 
 AdvantageFn = Callable[[Sequence[float], int, bool, bool], list[float]]
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {}
 
 
-def register_advantage_estimator(*names: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Decorator registering a ``fn(rewards, n, normalize, std_normalization)`` under names."""
-
-    def wrap(fn: AdvantageFn) -> AdvantageFn:
-        for name in names:
-            if name in ADVANTAGE_ESTIMATORS:
-                raise ValueError(f"advantage estimator {name!r} is already registered")
-            ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return wrap
-
-
-def get_advantage_estimator(name: str) -> AdvantageFn:
-    """Return the estimator registered under ``name``; unknown names list the known ones."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        known = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {known}") from None
-
-
-@register_advantage_estimator("grpo", "gspo", "cispo")
-def _grpo(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # gspo and cispo differ from grpo in the loss (sequence ratio / clipped IS weight, see
-    # slime/training/loss.py), not in the advantages, which are the same group-relative numbers.
+def _group_norm(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
+    # GRPO (and GSPO / CISPO, which differ in the loss only): the group-relative numbers.
     _check_groups(len(rewards), n)
     if not normalize:  # --disable-rewards-normalization: raw rewards
         return _as_floats(rewards)
     return normalize_group_rewards(rewards, n, std_normalization)
 
 
-@register_advantage_estimator("dr_grpo")
-def _dr_grpo(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # Dr. GRPO: dividing by the group std up-weights near-uniform groups; centre only. Its other
-    # half, the constant length normalizer, is the loss's constant_norm aggregation.
-    return _grpo(rewards, n, normalize, False)
+def _group_centre(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
+    # Dr. GRPO (dividing by the group std up-weights near-uniform groups; its other half, the
+    # constant length normalizer, is the loss's constant_norm aggregation) and REINFORCE++-baseline
+    # (the group mean is the baseline; the KL in the reward and the batch whitening are token-level,
+    # applied by the trainer: slime/training/advantages.py).
+    return _group_norm(rewards, n, normalize, False)
 
 
-@register_advantage_estimator("reinforce_plus_plus_baseline")
-def _rpp_baseline(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # REINFORCE++-baseline: the group mean is the baseline (no std division). The KL in the
-    # reward (--kl-coef) and the batch whitening (--normalize-advantages) are token-level and
-    # applied by the trainer (slime/training/advantages.py).
-    _check_groups(len(rewards), n)
-    if not normalize:
-        return _as_floats(rewards)
-    return normalize_group_rewards(rewards, n, std_normalization=False)
-
-
-@register_advantage_estimator("reinforce_plus_plus")
-def _rpp(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # REINFORCE++: the sample's return (gamma = 1), no baseline, so n may be 1. The KL in the
-    # reward and whitening are token-level, in the trainer (slime/training/advantages.py).
+def _raw(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
+    # REINFORCE++ (the sample's return, gamma = 1, no baseline) and PPO (the critic is the baseline;
+    # the reward becomes GAE's reward at the last token): no group needed, so n may be 1.
     _check_groups(len(rewards), n)
     return _as_floats(rewards)
 
 
-@register_advantage_estimator("ppo")
-def _ppo(rewards: Sequence[float], n: int, normalize: bool, std_normalization: bool) -> list[float]:
-    # PPO: the critic is the baseline, so the sample's raw reward goes on, no group needed (n may
-    # be 1). It becomes the reward at the last token of GAE (slime/training/advantages.py:ppo_targets).
-    _check_groups(len(rewards), n)
-    return _as_floats(rewards)
+ADVANTAGE_FORMS: dict[str, AdvantageFn] = {"group_norm": _group_norm, "group_centre": _group_centre, "raw": _raw}
+
+
+def get_advantage_estimator(name: str) -> AdvantageFn:
+    """The advantage function of estimator ``name``; unknown names list the known ones."""
+    return ADVANTAGE_FORMS[estimators.get(name).advantage]
 
 
 def compute_advantages(
@@ -157,7 +123,7 @@ def compute_advantages(
     normalize: bool = True,
     std_normalization: bool = True,
 ) -> list[float]:
-    """Per-sample advantages for ``estimator`` (see ``ADVANTAGE_ESTIMATORS``).
+    """Per-sample advantages for ``estimator`` (its record in slime/estimators.py).
 
     ``normalize=False`` is ``--disable-rewards-normalization`` (raw rewards);
     ``std_normalization=False`` is ``--disable-grpo-std-normalization`` (mean-centring only).

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slime import estimators
 from slime.config import Config
 from slime.refusals import declare, message_of
 from slime.timeline import PhaseClock, pop_phases
@@ -21,6 +22,12 @@ _R = declare("preflight", {
     "no_gpu": "--train-backend {backend} runs on GPUs and this Ray cluster has none (ray.cluster_resources() lists "
               "no GPU); start Ray on GPU nodes, or use --train-backend embedded",
 })
+
+
+def trainer_bundle_share(cfg: Config) -> float:
+    """The part of its bundle a trainer rank takes: half when the estimator needs a critic, whose
+    rank of the same index takes the other half."""
+    return 0.5 if estimators.of(cfg.loss).needs_critic else 1.0
 
 
 class PreflightError(SystemExit):
@@ -81,7 +88,7 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
                     state = ckpt.state
             except CheckpointError as e:
                 problems.append(message_of(e))
-    if not problems and cfg.loss.advantage_estimator == "ppo":
+    if not problems and estimators.of(cfg.loss).needs_critic:
         from slime.checkpoint import resolve_critic
 
         try:
@@ -196,10 +203,10 @@ class Runtime:
             raise PreflightError([_R("no_gpu", backend=c.train_backend)])
         train_pool, rollout_pool = create_pools(c)
         n = c.num_trainer_ranks
-        ppo = cfg.loss.advantage_estimator == "ppo"
-        share = 0.5 if ppo else 1.0  # ppo: each trainer rank shares its bundle with a critic rank
+        share = trainer_bundle_share(cfg)
         trainers = [TrainerActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)]
-        critics = [CriticActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)] if ppo else []
+        critics = [CriticActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)] \
+            if estimators.of(cfg.loss).needs_critic else []
         master = ray.get(trainers[0].master_address.remote())
         cfg.optim.total_steps = total_rollouts(cfg) * steps_per_rollout(cfg)  # the LR schedule's length
         init = [t.init.remote(master, cfg) for t in trainers]  # the registry's backend, on every rank

@@ -6,12 +6,13 @@ numbers the lab shows). Two things need token-level values that only the trainer
 because they need the trainer's old and reference log-probs:
 
 - ``--kl-coef`` puts ``-kl_coef * KL_t`` into the per-token reward, with ``KL_t`` the
-  ``--kl-loss-type`` estimate of ``log pi_old - log pi_ref`` at token t:
-  * ``reinforce_plus_plus``: return-to-go ``G_t = sum_{t' >= t} r_t'`` (gamma = 1) where
+  ``--kl-loss-type`` estimate of ``log pi_old - log pi_ref`` at token t, as the estimator's record
+  says (``token_kl`` in slime/estimators.py):
+  * ``return_to_go`` (``reinforce_plus_plus``): return-to-go ``G_t = sum_{t' >= t} r_t'`` (gamma = 1) where
     ``r_t' = -kl_coef * KL_t'`` on loss tokens (0 on loss-masked ones such as tool output) and
     the sample's reward is added at its last loss token;
-  * ``reinforce_plus_plus_baseline``: ``A_t = (r - group mean) - kl_coef * KL_t``.
-  Group-relative estimators (grpo, dr_grpo, gspo, cispo) take no KL in the reward: their
+  * ``per_token`` (``reinforce_plus_plus_baseline``): ``A_t = (r - group mean) - kl_coef * KL_t``.
+  Group-relative estimators (``group_relative``: grpo, dr_grpo, gspo, cispo) take no KL in the reward: their
   baseline is the group, and ``validate()`` refuses ``--kl-coef`` with them (use
   ``--use-kl-loss``).
 - ``--use-sc`` (score centering, docs/en/corrections.md#sc-score-centering-with-reinforce)
@@ -36,8 +37,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+from slime import estimators
+
 WHITEN_EPS = 1e-8
-TOKEN_KL_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
 
 def kl_value(d: float, kl_type: str) -> float:
@@ -86,19 +88,20 @@ def sc_advantages(rewards: Sequence[float], groups: Sequence[int], num_groups: i
 
 
 def needs_token_advantages(estimator: str, kl_coef: float, normalize_advantages: bool) -> bool:
-    return normalize_advantages or (kl_coef != 0.0 and estimator in TOKEN_KL_ESTIMATORS)
+    return normalize_advantages or (kl_coef != 0.0 and estimators.get(estimator).token_kl is not None)
 
 
 def kl_shaped(advantage: float, mask: Sequence[float], old: Sequence[float] | None, ref: Sequence[float] | None,
               estimator: str, kl_coef: float, kl_type: str) -> list[float]:
     """One sample's per-token advantages before whitening (module docstring)."""
     n = len(mask)
-    if kl_coef == 0.0 or estimator not in TOKEN_KL_ESTIMATORS:
+    form = estimators.get(estimator).token_kl
+    if kl_coef == 0.0 or form is None:
         return [float(advantage)] * n
     if old is None or ref is None:
         raise ValueError("--kl-coef needs the trainer's old and reference log-probs (--ref-load)")
     kl = [kl_value(o - r, kl_type) for o, r in zip(old, ref)]
-    if estimator == "reinforce_plus_plus_baseline":
+    if form == "per_token":
         return [float(advantage) - kl_coef * k for k in kl]
     # Loss-masked tokens (tool output, observations) are not the policy's actions: no KL in
     # their reward, as in THUDM/slime's get_reinforce_plus_plus_returns and ppo_token_rewards.

@@ -41,6 +41,8 @@ from typing import Literal, Sequence
 
 import torch
 
+from slime import estimators
+
 Aggregation = Literal["sample_mean", "token_mean", "constant_norm"]
 AGGREGATIONS = ("sample_mean", "token_mean", "constant_norm")
 KL_TYPES = ("k1", "k2", "k3", "low_var_kl")
@@ -348,20 +350,16 @@ class LossConfig:
     max_response_len: int | None = None  # constant_norm's length constant (--rollout-max-response-len)
 
 
-# --advantage-estimator -> the policy-gradient term (the advantages come from batch_builder).
-ESTIMATOR_POLICY_LOSS = {"gspo": "gspo", "cispo": "cispo"}
-
-
 def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
     """The runtime's ``slime.config.LossConfig`` (parsed flags) -> this module's config.
 
-    One rule for every trainer backend: estimator -> policy loss (``--use-sc``: plain REINFORCE),
-    aggregation, TIS / IcePop.
+    One rule for every trainer backend: the estimator's record (slime/estimators.py) -> policy loss
+    (``--use-sc``: plain REINFORCE) and aggregation; TIS / IcePop.
     """
     tis_mode = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
     low, high = ((loss.icepop_low, loss.icepop_high) if loss.use_icepop else (loss.tis_clip_low, loss.tis_clip))
-    estimator = loss.advantage_estimator
-    agg = "constant_norm" if estimator == "dr_grpo" else \
+    est = estimators.of(loss)
+    agg = "constant_norm" if est.aggregation == "constant_norm" else \
         "token_mean" if getattr(loss, "calculate_per_token_loss", False) else "sample_mean"
     if agg == "constant_norm" and not max_response_len:
         max_response_len = getattr(loss, "max_response_len", None)
@@ -370,7 +368,7 @@ def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
                       kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
                       tis_mode=tis_mode, tis_clip=high, tis_clip_low=low, agg=agg,
                       policy_loss="reinforce" if getattr(loss, "use_sc", False)
-                      else ESTIMATOR_POLICY_LOSS.get(estimator, "ppo"),
+                      else est.policy_loss,
                       max_response_len=max_response_len if agg == "constant_norm" else None)
 
 

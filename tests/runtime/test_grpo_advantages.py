@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from slime import estimators
 from slime.data.batch_builder import (
-    ADVANTAGE_ESTIMATORS,
     build_loss_mask,
     compute_advantages,
     expand_to_tokens,
@@ -90,7 +90,7 @@ def test_unknown_estimator_lists_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown advantage estimator 'grpoo'.*grpo.*reinforce_plus_plus_baseline"):
         compute_advantages([1, 0], 2, estimator="grpoo")
     assert {"grpo", "gspo", "cispo", "dr_grpo", "reinforce_plus_plus", "reinforce_plus_plus_baseline"} <= set(
-        ADVANTAGE_ESTIMATORS
+        estimators.names()
     )
 
 

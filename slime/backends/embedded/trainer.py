@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from slime import estimators
 from slime.backends.embedded.model import load_model, pick_device
 from slime.backends.embedded.weights import named_weights
 from slime.config import BatchConfig, LossConfig, OptimConfig
@@ -185,10 +186,11 @@ class EmbeddedTrainer:
     def _set_token_advantages(self, plan: list, all_olds: list) -> None:
         """KL in the reward / --normalize-advantages (slime/training/advantages.py), per token."""
         loss = self.loss_cfg
-        if loss.advantage_estimator == "ppo":  # GAE needs the critic: the runtime set them (slime/ray/runtime.py)
+        if estimators.of(loss).needs_critic:  # GAE needs the critic: the runtime set them (slime/ray/runtime.py)
             if any(r.token_advantages is None for mbs, _ in plan for mb in mbs for r in mb):
-                raise ValueError("--advantage-estimator ppo: records reached the trainer without their GAE "
-                                 "advantages (the runtime computes them from the critic's values first)")
+                raise ValueError(f"--advantage-estimator {loss.advantage_estimator}: records reached the trainer "
+                                 "without their GAE advantages (the runtime computes them from the critic's values "
+                                 "first)")
             return
         if not needs_token_advantages(loss.advantage_estimator, loss.kl_coef, loss.normalize_advantages):
             return

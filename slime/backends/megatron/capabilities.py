@@ -7,6 +7,7 @@ build cannot use: refused."""
 
 from __future__ import annotations
 
+from slime import estimators
 from slime.backends.megatron.model_args import _bool, _int, builds_mtp, unsupported_flags
 from slime.refusals import declare
 
@@ -51,7 +52,7 @@ def megatron_trainer_errors(cfg) -> list[str]:
         e.append(_R("mtp_training"))
     if "mtp_loss_scaling_factor" in m and not _bool(m, "enable_mtp_training"):
         e.append(_R("mtp_loss_scale", value=m["mtp_loss_scaling_factor"]))
-    if cfg.loss.advantage_estimator == "ppo":
+    if estimators.of(cfg.loss).needs_critic:  # the registry's megatron entry has no critic
         e.append(_R("ppo_critic"))
     if getattr(cfg.loss, "use_rollout_routing_replay", False) or getattr(cfg.loss, "use_routing_replay", False):
         e.append(_R("routing_replay"))
