@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from slime.flags import default_of
+
 
 @dataclass
 class ClusterConfig:
@@ -151,7 +153,7 @@ class LossConfig:
     eps_clip_c: float | None = None
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.0
-    kl_loss_type: str = "k1"
+    kl_loss_type: str = default_of("--kl-loss-type")
     entropy_coef: float = 0.0
     use_tis: bool = False
     tis_clip: float = 2.0

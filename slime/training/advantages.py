@@ -36,6 +36,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+from slime.flags import KL_TYPES
+
 WHITEN_EPS = 1e-8
 TOKEN_KL_ESTIMATORS = ("reinforce_plus_plus", "reinforce_plus_plus_baseline")
 
@@ -51,7 +53,7 @@ def kl_value(d: float, kl_type: str) -> float:
     if kl_type == "low_var_kl":
         d = min(max(d, -20.0), 20.0)
         return min(max(math.exp(-d) - 1.0 + d, -10.0), 10.0)
-    raise ValueError(f"unknown kl type {kl_type!r}; known: k1, k2, k3, low_var_kl")
+    raise ValueError(f"unknown kl type {kl_type!r}; known: {', '.join(KL_TYPES)}")
 
 
 def sc_advantages(rewards: Sequence[float], groups: Sequence[int], num_groups: int,

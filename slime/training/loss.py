@@ -41,9 +41,10 @@ from typing import Literal, Sequence
 
 import torch
 
+from slime.flags import KL_TYPES, default_of
+
 Aggregation = Literal["sample_mean", "token_mean", "constant_norm"]
 AGGREGATIONS = ("sample_mean", "token_mean", "constant_norm")
-KL_TYPES = ("k1", "k2", "k3", "low_var_kl")
 POLICY_LOSSES = ("ppo", "gspo", "cispo", "reinforce")
 
 
@@ -331,14 +332,14 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 
 
 @dataclass(frozen=True)
-class LossConfig:
-    """The loss settings, by runtime flag."""
+class LossFnConfig:
+    """The loss function's settings, by runtime flag (from_runtime translates slime.config.LossConfig)."""
 
     eps_clip: float = 0.2  # --eps-clip: lower clip, ratio >= 1 - eps_clip
     eps_clip_high: float | None = None  # --eps-clip-high: upper clip (None: = eps_clip)
     eps_clip_c: float | None = None  # --eps-clip-c: dual-clip bound for negative advantages
     kl_loss_coef: float = 0.0  # --kl-loss-coef: weight of the KL term (needs ref log-probs)
-    kl_loss_type: str = "low_var_kl"  # --kl-loss-type: k1, k2, k3 or low_var_kl
+    kl_loss_type: str = default_of("--kl-loss-type")  # --kl-loss-type: one of KL_TYPES
     entropy_coef: float = 0.0  # --entropy-coef: bonus, subtracted from the loss
     tis_mode: Literal["none", "tis", "icepop"] = "none"  # --use-tis (icepop masks instead)
     tis_clip: float = 2.0  # --tis-clip: TIS upper cap; IcePop upper bound
@@ -352,7 +353,7 @@ class LossConfig:
 ESTIMATOR_POLICY_LOSS = {"gspo": "gspo", "cispo": "cispo"}
 
 
-def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
+def from_runtime(loss, max_response_len: int | None = None) -> LossFnConfig:
     """The runtime's ``slime.config.LossConfig`` (parsed flags) -> this module's config.
 
     One rule for every trainer backend: estimator -> policy loss (``--use-sc``: plain REINFORCE),
@@ -365,7 +366,7 @@ def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
         "token_mean" if getattr(loss, "calculate_per_token_loss", False) else "sample_mean"
     if agg == "constant_norm" and not max_response_len:
         max_response_len = getattr(loss, "max_response_len", None)
-    return LossConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
+    return LossFnConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
                       kl_loss_coef=loss.kl_loss_coef if loss.use_kl_loss else 0.0,
                       kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
                       tis_mode=tis_mode, tis_clip=high, tis_clip_low=low, agg=agg,
@@ -379,7 +380,7 @@ def compute_total_loss(
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
-    config: LossConfig,
+    config: LossFnConfig,
     ref_log_probs: torch.Tensor | None = None,
     rollout_log_probs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
