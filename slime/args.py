@@ -19,40 +19,11 @@ from typing import Any, Callable, Sequence
 
 from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
 from slime.config import Config
-from slime.flags import FLAGS, ROUTER_POLICIES
+from slime.flags import FLAGS, ROUTER_POLICIES, describe
 from slime.flags import add_to as add_flags_to
 from slime.limits import cluster_size_errors
+from slime.megatron_flags import MEGATRON_FLAGS, MEGATRON_PREFIXES  # the pinned list (read as slime.args.*)
 from slime.refusals import Refusal, declare, message_of
-
-# Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
-MEGATRON_FLAGS = {
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
-    "--virtual-pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers", "--recompute-granularity", "--recompute-method",
-    "--recompute-num-layers", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
-    "--overlap-cpu-optimizer-d2h-h2d", "--overlap-grad-reduce", "--overlap-param-gather",
-    "--use-distributed-optimizer", "--num-layers", "--hidden-size", "--ffn-hidden-size",
-    "--num-attention-heads", "--group-query-attention", "--num-query-groups", "--kv-channels",
-    "--max-position-embeddings", "--seq-length", "--normalization", "--norm-epsilon", "--swiglu",
-    "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm", "--position-embedding-type",
-    "--rotary-base", "--rotary-percent", "--untie-embeddings-and-output-weights", "--vocab-size",
-    "--make-vocab-size-divisible-by", "--use-rotary-position-embeddings", "--num-experts",
-    "--bf16", "--fp16", "--attention-dropout", "--hidden-dropout", "--lr-decay-style", "--min-lr",
-    "--lr-warmup-iters", "--lr-warmup-fraction", "--lr-decay-iters", "--attention-softmax-in-fp32",
-    "--accumulate-allreduce-grads-in-fp32", "--attention-backend", "--ckpt-format",
-    "--no-save-optim", "--no-load-optim", "--no-load-rng", "--optimizer", "--use-mcore-models",
-    "--transformer-impl", "--spec", "--megatron-to-hf-mode", "--allgather-cp",
-    # architecture flags of the model specs (scripts/models/*.sh): MLA, YaRN, hybrid, DSA, norms
-    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
-    "--v-head-dim", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim", "--rotary-interleaved",
-    "--apply-layernorm-1p", "--attention-output-gate", "--post-self-attn-layernorm", "--post-mlp-layernorm",
-    "--hybrid-linear-attention", "--enable-dsa-indexer", "--optimizer-offload-fraction",
-    # train the spec's MTP layer (its loss weighed by --mtp-loss-scaling-factor); frozen without it
-    "--enable-mtp-training",
-}
-MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
-
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root")
 
@@ -106,6 +77,9 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(_argparse_problem(message))
 
 
+HELP_FLAGS = ("-h", "--help")  # argparse's own (add_help=True below)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the flag table (slime/flags.py)."""
     ap = _Parser(prog="train.py", add_help=True, allow_abbrev=False,
@@ -151,7 +125,7 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], 
 
 
 def _unknown_flag_error(unknown: list[str], parser: argparse.ArgumentParser) -> UsageError:
-    known = [o for a in parser._actions for o in a.option_strings] + sorted(MEGATRON_FLAGS)
+    known = [*HELP_FLAGS, *(f.name for f in describe()), *sorted(MEGATRON_FLAGS)]
     lines: list[Refusal] = []
     prev_unknown_flag = False
     for tok in unknown:
@@ -412,8 +386,8 @@ _R = declare("args", {
 # GPU has them, so flash and auto are what it does and any other backend is refused.
 ATTENTION_BACKENDS = ("flash", "auto")
 # Fusion switches of the specs: the backend never fuses these kernels (model_args.py sets
-# masked_softmax_fusion and apply_rope_fusion False), so "no fusion" is what it does.
-MEGATRON_FLAGS.update({"--no-masked-softmax-fusion", "--no-rope-fusion"})
+# masked_softmax_fusion and apply_rope_fusion False), so "no fusion" is what it does: both are in
+# slime/megatron_flags.py.
 _SF = declare("script_flags", {
     "attention_backend": "--attention-backend {value}: the Megatron backend of this build runs attention through "
                          "torch SDPA (flash kernels where the GPU has them); use flash or auto, or leave the flag out",
