@@ -3,8 +3,9 @@
 parse_args(argv) -> Config   (parsing only; raises UsageError)
 validate(cfg) -> list[str]   (pure checks, each message names its flags; nothing is allocated)
 
-Megatron flags are collected into cfg.megatron and `--sglang-*` flags into cfg.sglang for their
-backends; backend_capability_errors() says which of them the embedded backends cannot honour.
+Each flag is declared once in the flag table (slime/flags.py): the parser is generated from it and
+the Config built from it by keyword. Megatron flags (slime/megatron_flags.py, the pinned list) are
+collected into cfg.megatron and `--sglang-*` flags into cfg.sglang for their backends; backend_capability_errors() says which of them the embedded backends cannot honour.
 """
 
 from __future__ import annotations
