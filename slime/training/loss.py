@@ -335,15 +335,15 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 class LossFnConfig:
     """The loss function's settings, by runtime flag (from_runtime translates slime.config.LossConfig)."""
 
-    eps_clip: float = 0.2  # --eps-clip: lower clip, ratio >= 1 - eps_clip
-    eps_clip_high: float | None = None  # --eps-clip-high: upper clip (None: = eps_clip)
-    eps_clip_c: float | None = None  # --eps-clip-c: dual-clip bound for negative advantages
-    kl_loss_coef: float = 0.0  # --kl-loss-coef: weight of the KL term (needs ref log-probs)
+    eps_clip: float = default_of("--eps-clip")  # --eps-clip: lower clip, ratio >= 1 - eps_clip
+    eps_clip_high: float | None = default_of("--eps-clip-high")  # --eps-clip-high: upper clip (None: = eps_clip)
+    eps_clip_c: float | None = default_of("--eps-clip-c")  # --eps-clip-c: dual-clip bound for negative advantages
+    kl_loss_coef: float = default_of("--kl-loss-coef")  # --kl-loss-coef: weight of the KL term (needs ref log-probs)
     kl_loss_type: str = default_of("--kl-loss-type")  # --kl-loss-type: one of KL_TYPES
-    entropy_coef: float = 0.0  # --entropy-coef: bonus, subtracted from the loss
+    entropy_coef: float = default_of("--entropy-coef")  # --entropy-coef: bonus, subtracted from the loss
     tis_mode: Literal["none", "tis", "icepop"] = "none"  # --use-tis (icepop masks instead)
-    tis_clip: float = 2.0  # --tis-clip: TIS upper cap; IcePop upper bound
-    tis_clip_low: float = 0.0  # --tis-clip-low: TIS lower clamp; IcePop lower bound
+    tis_clip: float = default_of("--tis-clip")  # --tis-clip: TIS upper cap; IcePop upper bound
+    tis_clip_low: float = default_of("--tis-clip-low")  # --tis-clip-low: TIS lower clamp; IcePop lower bound
     agg: Aggregation = "sample_mean"  # --calculate-per-token-loss: token_mean; dr_grpo: constant_norm
     policy_loss: Literal["ppo", "gspo", "cispo", "reinforce"] = "ppo"  # by --advantage-estimator
     max_response_len: int | None = None  # constant_norm's length constant (--rollout-max-response-len)

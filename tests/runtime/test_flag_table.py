@@ -114,6 +114,7 @@ def test_exactly_one_loss_config():
 
 
 def test_the_kl_type_default_and_choices_have_one_home_the_cli():
+    """The runtime's Config, the loss function's config and both KL readers take the CLI's default."""
     from slime.training.advantages import kl_value
     from slime.training.loss import LossFnConfig, from_runtime
 
@@ -122,6 +123,8 @@ def test_the_kl_type_default_and_choices_have_one_home_the_cli():
     assert config_mod.LossConfig().kl_loss_type == default
     assert LossFnConfig().kl_loss_type == default
     assert from_runtime(config_mod.LossConfig()).kl_loss_type == default
+    for name in ("eps_clip", "eps_clip_high", "eps_clip_c", "kl_loss_coef", "entropy_coef", "tis_clip", "tis_clip_low"):
+        assert getattr(LossFnConfig(), name) == default_of("--" + name.replace("_", "-")), name
     assert BY_NAME["--kl-loss-type"].choice_list() == KL_TYPES and default in KL_TYPES
     for kl_type in KL_TYPES:  # both KL readers compute every choice the parser accepts
         assert isinstance(kl_value(0.1, kl_type), float)
