@@ -1,8 +1,8 @@
 """The choice lists the lab offers, read from the runtime's own registries (torch-free, Ray-free).
 
 One source of truth: the estimators are the runtime's records (`slime.estimators`, which the
-`--advantage-estimator` choices list too), the KL estimators the `choices` of the runtime's argparse
-flag (`slime.args.build_parser`), the reward types the keys of `slime.rewards.REWARD_TYPES` less
+`--advantage-estimator` choices list too), the KL estimators the `choices` of the runtime's flag
+(`slime.flags.describe()`, the flag table), the reward types the keys of `slime.rewards.REWARD_TYPES` less
 the ones the runtime marks as test-only. When the runtime gains a choice, the lab offers it with
 no lab change; when it drops one, the lab stops offering it.
 """
@@ -13,14 +13,9 @@ from functools import lru_cache
 
 @lru_cache(maxsize=1)
 def _parser_choices() -> dict[str, tuple[str, ...]]:
-    from slime.args import build_parser
+    from slime.flags import describe
 
-    out: dict[str, tuple[str, ...]] = {}
-    for action in build_parser()._actions:
-        if action.choices:
-            for opt in action.option_strings:
-                out[opt] = tuple(str(c) for c in action.choices)
-    return out
+    return {f.name: f.choices for f in describe() if f.choices}
 
 
 def flag_choices(flag: str) -> tuple[str, ...]:

@@ -166,10 +166,10 @@ def _findings(exp: Experiment) -> list[Finding]:
 
 
 def _all_runtime_flags() -> list[str]:
-    from slime.args import MEGATRON_FLAGS, build_parser
+    from slime.flags import describe
+    from slime.megatron_flags import MEGATRON_FLAGS
 
-    return sorted({o for a in build_parser()._actions for o in a.option_strings
-                   if o.startswith("--") and o != "--help"} | set(MEGATRON_FLAGS))
+    return sorted({f.name for f in describe()} | set(MEGATRON_FLAGS))
 
 
 def extra_flag_findings(exp: Experiment) -> list[Finding]:

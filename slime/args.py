@@ -3,76 +3,29 @@
 parse_args(argv) -> Config   (parsing only; raises UsageError)
 validate(cfg) -> list[str]   (pure checks, each message names its flags; nothing is allocated)
 
-Megatron flags are collected into cfg.megatron and `--sglang-*` flags into cfg.sglang for their
-backends; backend_capability_errors() says which of them the embedded backends cannot honour.
+Each flag is declared once in the flag table (slime/flags.py): the parser is generated from it and
+the Config built from it by keyword. Megatron flags (slime/megatron_flags.py, the pinned list) are
+collected into cfg.megatron and `--sglang-*` flags into cfg.sglang for their backends; backend_capability_errors() says which of them the embedded backends cannot honour.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
-import json
 import re
+import typing
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from slime import estimators
 from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
-from slime.backends.registry import backend_names
-from slime.config import (
-    BatchConfig,
-    ClusterConfig,
-    Config,
-    CriticConfig,
-    DataConfig,
-    EvalConfig,
-    FaultConfig,
-    LogConfig,
-    LossConfig,
-    ModelConfig,
-    OptimConfig,
-    RolloutConfig,
-    RunConfig,
-    SamplingConfig,
-    SyncConfig,
-)
+from slime.config import Config
+from slime.flags import FLAGS, ROUTER_POLICIES, describe
+from slime.flags import add_to as add_flags_to
 from slime.limits import cluster_size_errors
+from slime.megatron_flags import MEGATRON_FLAGS, MEGATRON_PREFIXES  # the pinned list (read as slime.args.*)
 from slime.refusals import Refusal, declare, message_of
-
-# Megatron flags passed through to slime/backends/megatron (the value is whatever follows).
-MEGATRON_FLAGS = {
-    "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--context-parallel-size",
-    "--expert-model-parallel-size", "--expert-tensor-parallel-size", "--sequence-parallel",
-    "--virtual-pipeline-model-parallel-size", "--decoder-first-pipeline-num-layers",
-    "--decoder-last-pipeline-num-layers", "--recompute-granularity", "--recompute-method",
-    "--recompute-num-layers", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
-    "--overlap-cpu-optimizer-d2h-h2d", "--overlap-grad-reduce", "--overlap-param-gather",
-    "--use-distributed-optimizer", "--num-layers", "--hidden-size", "--ffn-hidden-size",
-    "--num-attention-heads", "--group-query-attention", "--num-query-groups", "--kv-channels",
-    "--max-position-embeddings", "--seq-length", "--normalization", "--norm-epsilon", "--swiglu",
-    "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm", "--position-embedding-type",
-    "--rotary-base", "--rotary-percent", "--untie-embeddings-and-output-weights", "--vocab-size",
-    "--make-vocab-size-divisible-by", "--use-rotary-position-embeddings", "--num-experts",
-    "--bf16", "--fp16", "--attention-dropout", "--hidden-dropout", "--lr-decay-style", "--min-lr",
-    "--lr-warmup-iters", "--lr-warmup-fraction", "--lr-decay-iters", "--attention-softmax-in-fp32",
-    "--accumulate-allreduce-grads-in-fp32", "--attention-backend", "--ckpt-format",
-    "--no-save-optim", "--no-load-optim", "--no-load-rng", "--optimizer", "--use-mcore-models",
-    "--transformer-impl", "--spec", "--megatron-to-hf-mode", "--allgather-cp",
-    # architecture flags of the model specs (scripts/models/*.sh): MLA, YaRN, hybrid, DSA, norms
-    "--multi-latent-attention", "--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
-    "--v-head-dim", "--rotary-scaling-factor", "--mscale", "--mscale-all-dim", "--rotary-interleaved",
-    "--apply-layernorm-1p", "--attention-output-gate", "--post-self-attn-layernorm", "--post-mlp-layernorm",
-    "--hybrid-linear-attention", "--enable-dsa-indexer", "--optimizer-offload-fraction",
-    # train the spec's MTP layer (its loss weighed by --mtp-loss-scaling-factor); frozen without it
-    "--enable-mtp-training",
-}
-MEGATRON_PREFIXES = ("--moe-", "--mtp-", "--fp8-", "--index-", "--linear-")
-
-
-def advantage_estimator_choices() -> list[str]:
-    """The estimators' records (slime/estimators.py, torch-free)."""
-    return list(estimators.names())
-
 
 LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root")
 
@@ -126,207 +79,14 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(_argparse_problem(message))
 
 
-def _bool(p: argparse._ArgumentGroup, name: str, help: str) -> None:
-    p.add_argument(name, action="store_true", help=help)
-
-
-# --router-policy values: which router serves each (ours: slime/rollout/router.py).
-ROUTER_POLICIES = {"least_load": ("slime",), "round_robin": ("slime", "sglang-router"),
-                   "cache_aware": ("sglang-router",), "power_of_two": ("sglang-router",),
-                   "random": ("sglang-router",)}
+HELP_FLAGS = ("-h", "--help")  # argparse's own (add_help=True below)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the flag table (slime/flags.py)."""
     ap = _Parser(prog="train.py", add_help=True, allow_abbrev=False,
                  description="slime: GRPO/PPO post-training (rollout -> reward -> train -> sync)")
-    g = ap.add_argument_group("cluster")
-    g.add_argument("--actor-num-nodes", type=int, default=1)
-    g.add_argument("--actor-num-gpus-per-node", type=int, default=8,
-                   help="trainer ranks per node (GPUs; CPU bundles on a machine without GPUs)")
-    g.add_argument("--rollout-num-gpus", type=int, default=None)
-    g.add_argument("--rollout-num-gpus-per-engine", type=int, default=1)
-    g.add_argument("--num-gpus-per-node", type=int, default=8)
-    _bool(g, "--colocate", "training and rollout alternate on one pool")
-    _bool(g, "--offload", "offload both sides between phases")
-    _bool(g, "--offload-train", "offload the trainer during rollout")
-    _bool(g, "--offload-rollout", "release engine memory during training")
-    g.add_argument("--cpus-per-bundle", type=float, default=0.5,
-                   help="CPUs per placement bundle when Ray has no GPUs (fractions let pools share 2 cores)")
-    g.add_argument("--train-backend", choices=backend_names(), default="embedded",
-                   help="trainer backend (slime/backends/registry.py)")
-    g.add_argument("--rollout-backend", choices=["embedded", "sglang"], default="embedded")
-    g.add_argument("--rollout-external-engine-addrs", nargs="+", default=None,
-                   help="host:port of engines another deployment owns (checked before start; no GPUs reserved)")
-    g.add_argument("--sglang-config", default=None, help="sglang.yaml: server groups regular/prefill/decode")
-    g.add_argument("--prefill-num-servers", type=int, default=None, help="PD: engines of the prefill group")
-    g.add_argument("--router-policy", choices=list(ROUTER_POLICIES), default=None,
-                   help="least_load (default) or round_robin with our router; cache_aware (default), round_robin, "
-                        "power_of_two or random with --use-sglang-router. Requests with an X-SMG-Routing-Key "
-                        "header always use consistent hashing (our router)")
-    _bool(g, "--use-sglang-router", "put sglang-router (pip install sglang-router) in front of the engines "
-                                    "instead of slime's router; the runtime launches and stops it")
-    _bool(g, "--dry-run", "pre-flight only: validate, check data / hooks / checkpoints, print the Ray placement plan; "
-                          "loads no model and reserves nothing (slime/dry_run.py)")
-    _bool(g, "--use-fault-tolerance", "health-check engines; restart, re-sync and re-register dead ones")
-    g.add_argument("--rollout-health-check-interval", type=float, default=30.0)
-    g.add_argument("--rollout-health-check-timeout", type=float, default=30.0)
-    g.add_argument("--rollout-health-check-first-wait", type=float, default=0.0)
-
-    g = ap.add_argument_group("model and checkpoints")
-    g.add_argument("--hf-checkpoint", default=None)
-    g.add_argument("--ref-load", default=None)
-    g.add_argument("--load", default=None)
-    g.add_argument("--save", default=None)
-    g.add_argument("--save-interval", type=int, default=None)
-
-    g = ap.add_argument_group("data")
-    g.add_argument("--prompt-data", default=None)
-    g.add_argument("--input-key", default="input")
-    g.add_argument("--label-key", default=None)
-    g.add_argument("--metadata-key", default="metadata")
-    g.add_argument("--tool-key", default="tools")
-    _bool(g, "--apply-chat-template", "wrap prompts as a user message with the chat template")
-    g.add_argument("--apply-chat-template-kwargs", type=json.loads, default=None)
-    _bool(g, "--rollout-shuffle", "shuffle each epoch with --rollout-seed + epoch")
-    g.add_argument("--rollout-seed", type=int, default=42)
-    g.add_argument("--num-rollout", type=int, default=None)
-    g.add_argument("--num-epoch", type=int, default=None)
-
-    g = ap.add_argument_group("rollout")
-    g.add_argument("--rollout-batch-size", type=int, default=None)
-    g.add_argument("--n-samples-per-prompt", type=int, default=1)
-    g.add_argument("--rollout-temperature", type=float, default=1.0)
-    g.add_argument("--rollout-top-p", type=float, default=1.0)
-    g.add_argument("--rollout-top-k", type=int, default=-1)
-    g.add_argument("--rollout-max-response-len", type=int, default=1024)
-    g.add_argument("--rollout-max-prompt-len", type=int, default=None)
-    g.add_argument("--rollout-stop-token-ids", type=int, nargs="+", default=None)
-    g.add_argument("--rm-type", default=None,
-                   help="built-in reward (slime/rewards: deepscaler, math, dapo, f1, gpqa, remote_rm, ...); "
-                        "boxed_<name> grades only a \\boxed{} answer")
-    g.add_argument("--rm-url", default=None, help="--rm-type remote_rm: the reward model's HTTP endpoint (POST)")
-    g.add_argument("--rm-timeout", type=float, default=60.0, help="seconds per remote reward request")
-    g.add_argument("--rm-max-retries", type=int, default=3,
-                   help="retries of a failed remote reward request before the run stops naming the sample")
-    g.add_argument("--custom-rm-path", default=None)
-    g.add_argument("--reward-key", default=None)
-    _bool(g, "--group-rm", "the custom reward receives the whole group of n samples")
-    g.add_argument("--custom-generate-function-path", default=None)
-    g.add_argument("--sglang-server-concurrency", type=int, default=512)
-    g.add_argument("--over-sampling-batch-size", type=int, default=None,
-                   help="prompts (groups) submitted per sampling round, >= --rollout-batch-size; the first "
-                        "rollout-batch-size groups that finish and pass the filter are kept, the rest aborted")
-    g.add_argument("--dynamic-sampling-filter-path", default=None,
-                   help="module.fn(args, samples) -> bool: keep a finished group? "
-                        "built-in: slime.rollout.filters.nonzero_reward_std")
-    _bool(g, "--partial-rollout", "keep generations aborted at the end of a rollout (tokens, log-probs, weight "
-                                  "version per token) and continue them in a later rollout")
-    _bool(g, "--mask-offpolicy-in-partial-rollout", "tokens a resumed sample got from an older weight version "
-                                                     "are masked out of the loss")
-    g.add_argument("--rollout-queue-dir", default=None,
-                   help="straw: durable rollout queue (payloads + state) in this directory")
-    g.add_argument("--rollout-queue-run-id", default=None,
-                   help="straw run id: the same id resumes the queue, a new experiment takes a fresh id")
-    g.add_argument("--num-rollout-producers", type=int, default=None,
-                   help="train_async.py with --rollout-queue-dir: producer actors that generate each rollout's "
-                        "groups into the straw queue, one beside each engine group (default: one per engine "
-                        "group there, 1 elsewhere); a producer killed mid-rollout is restarted and loses and "
-                        "duplicates nothing")
-    g.add_argument("--max-weight-staleness", type=int, default=None,
-                   help="train_async.py: drop (and count) groups holding a token generated more than N weight "
-                        "versions before the one being trained; 0 keeps only on-policy samples")
-
-    g = ap.add_argument_group("algorithm and loss")
-    g.add_argument("--advantage-estimator", default="grpo", choices=advantage_estimator_choices(),
-                   help="ppo trains a critic (value model) beside the policy; trainer backends without one refuse it")
-    _bool(g, "--normalize-advantages", "whiten token advantages over the rollout (mean 0, variance 1)")
-    _bool(g, "--calculate-per-token-loss", "token-mean loss over the step's tokens instead of the mean of "
-                                           "per-sample means")
-    _bool(g, "--disable-grpo-std-normalization", "mean-centring only")
-    _bool(g, "--disable-rewards-normalization", "raw rewards as advantages")
-    g.add_argument("--eps-clip", type=float, default=0.2)
-    g.add_argument("--eps-clip-high", type=float, default=None)
-    g.add_argument("--eps-clip-c", type=float, default=None)
-    _bool(g, "--use-kl-loss", "add a KL term against the --ref-load model")
-    g.add_argument("--kl-loss-coef", type=float, default=0.0)
-    g.add_argument("--kl-loss-type", choices=["k1", "k2", "k3", "low_var_kl"], default="k1")
-    g.add_argument("--kl-coef", type=float, default=0.0,
-                   help="KL to --ref-load in the per-token reward (reinforce_plus_plus*, ppo); with group estimators "
-                        "use --use-kl-loss")
-    g.add_argument("--entropy-coef", type=float, default=0.0)
-    g.add_argument("--gamma", type=float, default=1.0, help="ppo: GAE discount per token")
-    g.add_argument("--lambd", type=float, default=1.0, help="ppo: GAE lambda (1: Monte-Carlo returns minus values)")
-    g.add_argument("--value-clip", type=float, default=0.2,
-                   help="ppo: a value moves at most this far from its pre-update prediction in the value loss")
-    _bool(g, "--use-tis", "truncated importance sampling against the rollout log-probs")
-    g.add_argument("--tis-clip", type=float, default=2.0)
-    g.add_argument("--tis-clip-low", type=float, default=0.0)
-    _bool(g, "--use-sc", "SC (score centering): advantage = importance-weighted reward (sequence ratio "
-                         "pi_train/pi_rollout, truncated at --tis-clip) minus its group mean; plain REINFORCE loss "
-                         "(slime/training/advantages.py)")
-    _bool(g, "--use-icepop", "IcePop: mask tokens whose train/rollout ratio leaves [low, high]")
-    g.add_argument("--icepop-low", type=float, default=0.5)
-    g.add_argument("--icepop-high", type=float, default=2.0)
-    _bool(g, "--use-rollout-logprobs", "use the engine's log-probs as the PPO old policy")
-    _bool(g, "--use-routing-replay", "MoE: replay the routes of the first training forward (needs a MoE backend)")
-    _bool(g, "--use-rollout-routing-replay", "MoE R3: replay the rollout engine's routes in training "
-                                             "(needs a MoE backend and engines that return routes)")
-
-    g = ap.add_argument_group("critic (--advantage-estimator ppo)")
-    g.add_argument("--critic-lr", type=float, default=None, help="the critic's learning rate (default: --lr)")
-    g.add_argument("--critic-load", default=None,
-                   help="resume the critic from this checkpoint directory (default with --load: <--load>_critic)")
-    g.add_argument("--critic-save", default=None, help="critic checkpoints (default: <--save>_critic)")
-
-    g = ap.add_argument_group("batching and optimizer")
-    g.add_argument("--global-batch-size", type=int, default=None)
-    g.add_argument("--num-steps-per-rollout", type=int, default=None)
-    g.add_argument("--micro-batch-size", type=int, default=1)
-    _bool(g, "--use-dynamic-batch-size", "pack micro-batches up to --max-tokens-per-gpu")
-    g.add_argument("--max-tokens-per-gpu", type=int, default=None)
-    # --- issue 28 (launch-script import): flags real slime scripts carry (script_flag_errors below) --
-    _bool(g, "--balance-data", "split each step over the data-parallel ranks with equal sample counts and "
-                               "near-equal token totals (longest first), instead of consecutive slices")
-    # --- end issue 28 ------------------------------------------------------------------------------
-    g.add_argument("--lr", type=float, default=1e-6)
-    g.add_argument("--weight-decay", type=float, default=0.0)
-    g.add_argument("--adam-beta1", type=float, default=0.9)
-    g.add_argument("--adam-beta2", type=float, default=0.98)
-    g.add_argument("--adam-eps", type=float, default=1e-8)
-    g.add_argument("--clip-grad", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=1234)
-
-    g = ap.add_argument_group("weight sync")
-    g.add_argument("--update-weight-mode", choices=["full", "delta"], default="full")
-    g.add_argument("--update-weight-transport", choices=["nccl", "gloo", "disk", "tensor", "http", "mooncake"],
-                   default=None,
-                   help="default: tensor (object-store hand-off) when colocated, else disk. nccl: broadcast from "
-                        "trainer rank 0 (gloo where there is no GPU); gloo forces gloo; mooncake: Mooncake's "
-                        "transfer engine writes each bucket into registered engine buffers")
-    g.add_argument("--mooncake-protocol", choices=["tcp", "rdma"], default="tcp",
-                   help="transport mooncake: tcp anywhere, rdma on InfiniBand/RoCE clusters")
-    g.add_argument("--mooncake-device", default="", help="transport mooncake over rdma: device names (mlx5_0,...)")
-    g.add_argument("--weight-sync-check-tol", type=float, default=1e-4,
-                   help="after each sync every engine's log-probs must match the trainer's within this; <= 0: off")
-    g.add_argument("--update-weight-disk-dir", default=None)
-    g.add_argument("--update-weight-buffer-size", type=int, default=512 * 1024**2)
-    g.add_argument("--update-weights-interval", type=int, default=1)
-
-    g = ap.add_argument_group("evaluation")
-    g.add_argument("--eval-interval", type=int, default=None)
-    g.add_argument("--eval-prompt-data", nargs="+", default=None, metavar="NAME PATH")
-    g.add_argument("--n-samples-per-eval-prompt", type=int, default=1)
-    g.add_argument("--eval-max-response-len", type=int, default=None)
-    g.add_argument("--eval-temperature", type=float, default=None)
-    g.add_argument("--eval-top-p", type=float, default=None)
-    _bool(g, "--skip-eval-before-train", "no evaluation before the first rollout")
-
-    g = ap.add_argument_group("logging")
-    g.add_argument("--output-dir", default=None, help="metrics.jsonl is appended here")
-    _bool(g, "--use-tensorboard", "also write TensorBoard events to OUTPUT_DIR/tensorboard")
-    _bool(g, "--use-wandb", "not available in this build: refused by validate()")
-    g.add_argument("--save-debug-rollout-data", default=None,
-                   help="write each rollout's samples to this path ({rollout_id} is filled in), JSONL")
+    add_flags_to(ap)
     return ap
 
 
@@ -367,7 +127,7 @@ def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], dict[str, Any], 
 
 
 def _unknown_flag_error(unknown: list[str], parser: argparse.ArgumentParser) -> UsageError:
-    known = [o for a in parser._actions for o in a.option_strings] + sorted(MEGATRON_FLAGS)
+    known = [*HELP_FLAGS, *(f.name for f in describe()), *sorted(MEGATRON_FLAGS)]
     lines: list[Refusal] = []
     prev_unknown_flag = False
     for tok in unknown:
@@ -406,65 +166,57 @@ def _eval_pairs(items: list[str] | None) -> list[tuple[str, str]]:
     return [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
 
 
+# Config fields that combine flags or convert a parsed value; every other field holds the value of
+# the one flag whose `fills` names it (slime/flags.py; tests/runtime/test_flag_table.py checks both).
+DERIVED: dict[str, Callable[[argparse.Namespace], Any]] = {
+    "cluster.offload_train": lambda ns: ns.offload or ns.offload_train or ns.colocate,
+    "cluster.offload_rollout": lambda ns: ns.offload or ns.offload_rollout or ns.colocate,
+    "cluster.router_policy": lambda ns: ns.router_policy or ("cache_aware" if ns.use_sglang_router else "least_load"),
+    "data.apply_chat_template_kwargs": lambda ns: ns.apply_chat_template_kwargs or {},
+    "rollout.rollout_batch_size": lambda ns: ns.rollout_batch_size or 0,
+    "loss.normalize_rewards": lambda ns: not ns.disable_rewards_normalization,
+    "loss.std_normalization": lambda ns: not ns.disable_grpo_std_normalization and ns.n_samples_per_prompt > 1,
+    "sync.check_tol": lambda ns: ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None,
+    "eval.datasets": lambda ns: _eval_pairs(ns.eval_prompt_data),
+    # the evaluation samples like the rollout unless its own flag says otherwise
+    "eval.sampling.temperature":
+        lambda ns: ns.eval_temperature if ns.eval_temperature is not None else ns.rollout_temperature,
+    "eval.sampling.top_p": lambda ns: ns.eval_top_p if ns.eval_top_p is not None else ns.rollout_top_p,
+    "eval.sampling.max_response_len": lambda ns: ns.eval_max_response_len or ns.rollout_max_response_len,
+}
+
+
+def direct_fills() -> dict[str, str]:
+    """Config field path -> the destination of the one flag whose value it holds as parsed."""
+    return {path: f.dest for f in FLAGS for path in f.fills if path not in DERIVED}
+
+
+@lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[tuple[str, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name]) for f in dataclasses.fields(cls))
+
+
+def _by_keyword(cls: type, prefix: str, values: dict[str, Any]) -> Any:
+    """cls(**kw) with kw[name] = values["prefix.name"] (nested sub-configs built the same way);
+    a field no flag fills keeps its dataclass default."""
+    kw: dict[str, Any] = {}
+    for name, hint in _fields(cls):
+        path = f"{prefix}.{name}" if prefix else name
+        if dataclasses.is_dataclass(hint):
+            kw[name] = _by_keyword(hint, path, values)
+        elif path in values:
+            kw[name] = values[path]
+    return cls(**kw)
+
+
 def build_config(ns: argparse.Namespace, megatron: dict, sglang: dict, async_mode: bool = False) -> Config:
-    sampling = SamplingConfig(ns.rollout_temperature, ns.rollout_top_p, ns.rollout_top_k,
-                              ns.rollout_max_response_len, ns.rollout_stop_token_ids)
-    eval_sampling = SamplingConfig(
-        ns.eval_temperature if ns.eval_temperature is not None else ns.rollout_temperature,
-        ns.eval_top_p if ns.eval_top_p is not None else ns.rollout_top_p,
-        ns.rollout_top_k,
-        ns.eval_max_response_len or ns.rollout_max_response_len,
-        ns.rollout_stop_token_ids,
-    )
-    colocate = ns.colocate
-    return Config(
-        cluster=ClusterConfig(
-            ns.actor_num_nodes, ns.actor_num_gpus_per_node, ns.rollout_num_gpus,
-            ns.rollout_num_gpus_per_engine, ns.num_gpus_per_node, colocate,
-            ns.offload or ns.offload_train or colocate, ns.offload or ns.offload_rollout or colocate,
-            ns.cpus_per_bundle, ns.train_backend, ns.rollout_backend, False,
-            ns.rollout_external_engine_addrs, ns.sglang_config, ns.prefill_num_servers,
-            ns.router_policy or ("cache_aware" if ns.use_sglang_router else "least_load"), ns.use_sglang_router),
-        data=DataConfig(ns.prompt_data, ns.input_key, ns.label_key, ns.metadata_key,
-                        ns.apply_chat_template, ns.apply_chat_template_kwargs or {}, ns.rollout_shuffle,
-                        ns.rollout_seed, ns.rollout_max_prompt_len, ns.tool_key),
-        rollout=RolloutConfig(ns.rollout_batch_size or 0, ns.n_samples_per_prompt, sampling,
-                              ns.rm_type, ns.custom_rm_path, ns.group_rm, ns.reward_key,
-                              ns.custom_generate_function_path, ns.rollout_seed,
-                              ns.sglang_server_concurrency, ns.over_sampling_batch_size,
-                              ns.dynamic_sampling_filter_path, ns.partial_rollout,
-                              ns.mask_offpolicy_in_partial_rollout, ns.rollout_queue_dir,
-                              ns.rollout_queue_run_id, ns.rm_url, ns.rm_timeout, ns.rm_max_retries,
-                              ns.max_weight_staleness, ns.num_rollout_producers),
-        run=RunConfig(ns.num_rollout, ns.num_epoch, ns.seed),
-        model=ModelConfig(ns.hf_checkpoint, ns.ref_load, ns.load, ns.save, ns.save_interval),
-        optim=OptimConfig(ns.lr, ns.weight_decay, ns.adam_beta1, ns.adam_beta2, ns.adam_eps, ns.clip_grad,
-                          **_lr_schedule_flags(megatron)),
-        loss=LossConfig(
-            ns.advantage_estimator, not ns.disable_rewards_normalization,
-            not ns.disable_grpo_std_normalization and ns.n_samples_per_prompt > 1,
-            ns.eps_clip, ns.eps_clip_high, ns.eps_clip_c, ns.use_kl_loss, ns.kl_loss_coef,
-            ns.kl_loss_type, ns.entropy_coef, ns.use_tis, ns.tis_clip, ns.tis_clip_low,
-            ns.use_icepop, ns.icepop_low, ns.icepop_high, ns.use_rollout_logprobs,
-            ns.rollout_temperature, ns.use_routing_replay, ns.use_rollout_routing_replay,
-            ns.calculate_per_token_loss, ns.normalize_advantages, ns.kl_coef, ns.rollout_max_response_len,
-            ns.use_sc, ns.gamma, ns.lambd, ns.value_clip),
-        batch=BatchConfig(ns.global_batch_size, ns.num_steps_per_rollout, ns.micro_batch_size,
-                          ns.use_dynamic_batch_size, ns.max_tokens_per_gpu, ns.balance_data),
-        sync=SyncConfig(ns.update_weight_mode, ns.update_weight_transport, ns.update_weight_disk_dir,
-                        ns.update_weight_buffer_size, ns.update_weights_interval,
-                        ns.weight_sync_check_tol if ns.weight_sync_check_tol > 0 else None,
-                        ns.mooncake_protocol, ns.mooncake_device),
-        eval=EvalConfig(ns.eval_interval, _eval_pairs(ns.eval_prompt_data),
-                        ns.n_samples_per_eval_prompt, eval_sampling, ns.skip_eval_before_train),
-        log=LogConfig(ns.output_dir, ns.use_tensorboard, ns.use_wandb, ns.save_debug_rollout_data),
-        fault=FaultConfig(ns.use_fault_tolerance, ns.rollout_health_check_interval,
-                          ns.rollout_health_check_timeout, ns.rollout_health_check_first_wait),
-        megatron=megatron,
-        sglang=sglang,
-        critic=CriticConfig(ns.critic_lr, ns.critic_load, ns.critic_save),
-        async_mode=async_mode,
-    )
+    """The Config of parsed flags, every field set by keyword from the flag table (slime/flags.py)."""
+    values: dict[str, Any] = {f"optim.{k}": v for k, v in _lr_schedule_flags(megatron).items()}
+    values.update({path: getattr(ns, dest) for path, dest in direct_fills().items()})
+    values.update({path: rule(ns) for path, rule in DERIVED.items()})
+    values.update(megatron=megatron, sglang=sglang, async_mode=async_mode)
+    return _by_keyword(Config, "", values)
 
 
 def _lr_schedule_flags(megatron: dict) -> dict[str, Any]:
@@ -636,8 +388,8 @@ _R = declare("args", {
 # GPU has them, so flash and auto are what it does and any other backend is refused.
 ATTENTION_BACKENDS = ("flash", "auto")
 # Fusion switches of the specs: the backend never fuses these kernels (model_args.py sets
-# masked_softmax_fusion and apply_rope_fusion False), so "no fusion" is what it does.
-MEGATRON_FLAGS.update({"--no-masked-softmax-fusion", "--no-rope-fusion"})
+# masked_softmax_fusion and apply_rope_fusion False), so "no fusion" is what it does: both are in
+# slime/megatron_flags.py.
 _SF = declare("script_flags", {
     "attention_backend": "--attention-backend {value}: the Megatron backend of this build runs attention through "
                          "torch SDPA (flash kernels where the GPU has them); use flash or auto, or leave the flag out",

@@ -38,6 +38,7 @@ import math
 from typing import Callable, Sequence
 
 from slime import estimators
+from slime.flags import KL_TYPES
 
 WHITEN_EPS = 1e-8
 
@@ -53,7 +54,7 @@ def kl_value(d: float, kl_type: str) -> float:
     if kl_type == "low_var_kl":
         d = min(max(d, -20.0), 20.0)
         return min(max(math.exp(-d) - 1.0 + d, -10.0), 10.0)
-    raise ValueError(f"unknown kl type {kl_type!r}; known: k1, k2, k3, low_var_kl")
+    raise ValueError(f"unknown kl type {kl_type!r}; known: {', '.join(KL_TYPES)}")
 
 
 def sc_advantages(rewards: Sequence[float], groups: Sequence[int], num_groups: int,

@@ -42,10 +42,10 @@ from typing import Literal, Sequence
 import torch
 
 from slime import estimators
+from slime.flags import KL_TYPES, default_of
 
 Aggregation = Literal["sample_mean", "token_mean", "constant_norm"]
 AGGREGATIONS = ("sample_mean", "token_mean", "constant_norm")
-KL_TYPES = ("k1", "k2", "k3", "low_var_kl")
 POLICY_LOSSES = ("ppo", "gspo", "cispo", "reinforce")
 
 
@@ -333,24 +333,24 @@ def value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Te
 
 
 @dataclass(frozen=True)
-class LossConfig:
-    """The loss settings, by runtime flag."""
+class LossFnConfig:
+    """The loss function's settings, by runtime flag (from_runtime translates slime.config.LossConfig)."""
 
-    eps_clip: float = 0.2  # --eps-clip: lower clip, ratio >= 1 - eps_clip
-    eps_clip_high: float | None = None  # --eps-clip-high: upper clip (None: = eps_clip)
-    eps_clip_c: float | None = None  # --eps-clip-c: dual-clip bound for negative advantages
-    kl_loss_coef: float = 0.0  # --kl-loss-coef: weight of the KL term (needs ref log-probs)
-    kl_loss_type: str = "low_var_kl"  # --kl-loss-type: k1, k2, k3 or low_var_kl
-    entropy_coef: float = 0.0  # --entropy-coef: bonus, subtracted from the loss
+    eps_clip: float = default_of("--eps-clip")  # --eps-clip: lower clip, ratio >= 1 - eps_clip
+    eps_clip_high: float | None = default_of("--eps-clip-high")  # --eps-clip-high: upper clip (None: = eps_clip)
+    eps_clip_c: float | None = default_of("--eps-clip-c")  # --eps-clip-c: dual-clip bound for negative advantages
+    kl_loss_coef: float = default_of("--kl-loss-coef")  # --kl-loss-coef: weight of the KL term (needs ref log-probs)
+    kl_loss_type: str = default_of("--kl-loss-type")  # --kl-loss-type: one of KL_TYPES
+    entropy_coef: float = default_of("--entropy-coef")  # --entropy-coef: bonus, subtracted from the loss
     tis_mode: Literal["none", "tis", "icepop"] = "none"  # --use-tis (icepop masks instead)
-    tis_clip: float = 2.0  # --tis-clip: TIS upper cap; IcePop upper bound
-    tis_clip_low: float = 0.0  # --tis-clip-low: TIS lower clamp; IcePop lower bound
+    tis_clip: float = default_of("--tis-clip")  # --tis-clip: TIS upper cap; IcePop upper bound
+    tis_clip_low: float = default_of("--tis-clip-low")  # --tis-clip-low: TIS lower clamp; IcePop lower bound
     agg: Aggregation = "sample_mean"  # --calculate-per-token-loss: token_mean; dr_grpo: constant_norm
     policy_loss: Literal["ppo", "gspo", "cispo", "reinforce"] = "ppo"  # by --advantage-estimator
     max_response_len: int | None = None  # constant_norm's length constant (--rollout-max-response-len)
 
 
-def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
+def from_runtime(loss, max_response_len: int | None = None) -> LossFnConfig:
     """The runtime's ``slime.config.LossConfig`` (parsed flags) -> this module's config.
 
     One rule for every trainer backend: the estimator's record (slime/estimators.py) -> policy loss
@@ -363,7 +363,7 @@ def from_runtime(loss, max_response_len: int | None = None) -> LossConfig:
         "token_mean" if getattr(loss, "calculate_per_token_loss", False) else "sample_mean"
     if agg == "constant_norm" and not max_response_len:
         max_response_len = getattr(loss, "max_response_len", None)
-    return LossConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
+    return LossFnConfig(eps_clip=loss.eps_clip, eps_clip_high=loss.eps_clip_high, eps_clip_c=loss.eps_clip_c,
                       kl_loss_coef=loss.kl_loss_coef if loss.use_kl_loss else 0.0,
                       kl_loss_type=loss.kl_loss_type, entropy_coef=loss.entropy_coef,
                       tis_mode=tis_mode, tis_clip=high, tis_clip_low=low, agg=agg,
@@ -377,7 +377,7 @@ def compute_total_loss(
     old_log_probs: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
-    config: LossConfig,
+    config: LossFnConfig,
     ref_log_probs: torch.Tensor | None = None,
     rollout_log_probs: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,

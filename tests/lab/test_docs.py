@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slime.args import MEGATRON_FLAGS, MEGATRON_PREFIXES, build_parser
+from slime.args import HELP_FLAGS, MEGATRON_FLAGS, MEGATRON_PREFIXES
+from slime.flags import describe
 from slime.rollout.engines.sglang_flags import FLAGS as SGLANG_FLAGS
 from slime.rollout.engines.sglang_flags import canonical as sglang_canonical
 
@@ -70,8 +71,7 @@ def _prose_lines(text: str) -> list[tuple[int, str, bool]]:
 
 
 def _runtime_flags() -> set[str]:
-    parser = build_parser()
-    return {o for a in parser._actions for o in a.option_strings if o.startswith("--")} | set(MEGATRON_FLAGS)
+    return {f.name for f in describe()} | {h for h in HELP_FLAGS if h.startswith("--")} | set(MEGATRON_FLAGS)
 
 
 def _is_sglang_field(name: str) -> bool:

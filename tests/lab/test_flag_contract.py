@@ -20,11 +20,12 @@ from lab.render import render_all
 from lab.rules import ChangeError, apply_change, new_experiment, validate
 from lab.runtime_choices import advantage_estimators, kl_estimators, reward_types
 from lab.runtime_verdict import advanced_flags, judge, runtime_argv
-from slime.args import MEGATRON_FLAGS, MEGATRON_PREFIXES, build_parser
+from slime.args import MEGATRON_FLAGS, MEGATRON_PREFIXES
 from slime.dry_run import dry_run
+from slime.flags import describe
 from tests.lab.runtime_pending import is_pending
 
-RUNTIME_FLAGS = {o for a in build_parser()._actions for o in a.option_strings}
+RUNTIME_FLAGS = {f.name for f in describe()}
 
 
 def _runtime_knows(flag: str) -> bool:
@@ -143,18 +144,18 @@ def test_runtime_dry_run_accepts_every_recipe_layout_and_toggle(recipe, ownershi
 
 
 def _sample_value(flag: str) -> list[str]:
-    action = next((a for a in build_parser()._actions if flag in a.option_strings), None)
-    if action is None:  # a Megatron pass-through flag: a value is whatever follows
+    info = next((f for f in describe() if f.name == flag), None)
+    if info is None:  # a Megatron pass-through flag: a value is whatever follows
         return [flag, "1"]
-    if action.nargs == 0:
+    if info.kind == "switch":
         return [flag]
-    if action.choices:
-        return [flag, str(list(action.choices)[0])]
-    if action.type in (int, float):
+    if info.choices:
+        return [flag, info.choices[0]]
+    if info.type in ("int", "float"):
         return [flag, "1"]
-    if action.type is not None and action.type is not str:
+    if info.type == "json":
         return [flag, "{}"]
-    return [flag] + ["x"] * (2 if action.nargs in ("+", "*") and flag == "--eval-prompt-data" else 1)
+    return [flag] + ["x"] * (2 if info.kind == "list" and flag == "--eval-prompt-data" else 1)
 
 
 @pytest.mark.parametrize("flag", advanced_flags())

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 import slime.config as config_mod
-from slime.args import MEGATRON_FLAGS, build_config, build_parser, parse_args, validate
+from slime.args import MEGATRON_FLAGS, build_config, parse_args, validate
 from slime.backends.embedded import capabilities as caps
+from slime.flags import FLAGS
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = ["--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--num-rollout", "1", "--rm-type", "math"]
@@ -36,16 +37,15 @@ ENTRY_POINT_DESTS = ("help", "dry_run")
 
 
 def test_every_parsed_flag_goes_into_the_config():
-    parser = build_parser()
     ns = _Recording()
     object.__setattr__(ns, "_seen", set())
-    for action in parser._actions:
-        if action.dest not in ENTRY_POINT_DESTS:
-            setattr(ns, action.dest, action.default)
+    for flag in FLAGS:
+        if flag.dest not in ENTRY_POINT_DESTS:
+            setattr(ns, flag.dest, flag.default)
     object.__getattribute__(ns, "_seen").clear()
     build_config(ns, {}, {})
     seen = object.__getattribute__(ns, "_seen")
-    dropped = sorted(a.option_strings[0] for a in parser._actions if a.dest not in ENTRY_POINT_DESTS and a.dest not in seen)
+    dropped = sorted(f.name for f in FLAGS if f.dest not in ENTRY_POINT_DESTS and f.dest not in seen)
     assert not dropped, f"parsed but never put into the Config: {dropped}"
 
 

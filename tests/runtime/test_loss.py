@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from slime.training.loss import (  # noqa: E402
-    LossConfig,
+    LossFnConfig,
     aggregate,
     compute_total_loss,
     entropy_from_logits,
@@ -93,7 +93,7 @@ def test_icepop_masks_out_of_range_tokens_instead_of_clipping() -> None:
     assert metrics["icepop_mask_frac"] == pytest.approx(2 / 3)
 
     logp = old.clone().requires_grad_()
-    config = LossConfig(tis_mode="icepop", tis_clip=2.0, tis_clip_low=0.5)
+    config = LossFnConfig(tis_mode="icepop", tis_clip=2.0, tis_clip_low=0.5)
     loss, m = compute_total_loss(logp, old, _t([1.0]), torch.ones(1, 3), config, rollout_log_probs=torch.zeros(1, 3))
     loss.backward()
     assert logp.grad[0, 0] == 0 and logp.grad[0, 2] == 0 and logp.grad[0, 1] != 0
@@ -114,7 +114,7 @@ def test_gradient_flows_only_through_log_probs() -> None:
     logp = torch.full(shape, -1.0, requires_grad=True)
     others = {name: torch.full(shape, -1.1, requires_grad=True) for name in ("old", "ref", "rollout")}
     adv = torch.tensor([1.0, -1.0], requires_grad=True)
-    config = LossConfig(kl_loss_coef=0.1, tis_mode="tis", eps_clip_high=0.28)
+    config = LossFnConfig(kl_loss_coef=0.1, tis_mode="tis", eps_clip_high=0.28)
     loss, _ = compute_total_loss(logp, others["old"], adv, torch.ones(shape), config,
                                  ref_log_probs=others["ref"], rollout_log_probs=others["rollout"])
     loss.backward()
@@ -125,7 +125,7 @@ def test_gradient_flows_only_through_log_probs() -> None:
 def test_total_loss_reports_train_metrics() -> None:
     logp = torch.full((2, 3), -1.0)
     logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
-    config = LossConfig(kl_loss_coef=0.5, kl_loss_type="k1", entropy_coef=0.01, tis_mode="tis")
+    config = LossFnConfig(kl_loss_coef=0.5, kl_loss_type="k1", entropy_coef=0.01, tis_mode="tis")
     loss, metrics = compute_total_loss(logp, logp - 0.1, _t([1.0, 0.0]), torch.ones(2, 3), config,
                                        ref_log_probs=logp - 0.2, rollout_log_probs=logp - 0.3,
                                        entropy=entropy_from_logits(logits))
@@ -141,9 +141,9 @@ def test_total_loss_reports_train_metrics() -> None:
 def test_missing_inputs_for_configured_terms_raise() -> None:
     logp = torch.zeros(1, 2)
     with pytest.raises(ValueError, match="ref_log_probs"):
-        compute_total_loss(logp, logp, _t([1.0]), torch.ones(1, 2), LossConfig(kl_loss_coef=0.1))
+        compute_total_loss(logp, logp, _t([1.0]), torch.ones(1, 2), LossFnConfig(kl_loss_coef=0.1))
     with pytest.raises(ValueError, match="rollout_log_probs"):
-        compute_total_loss(logp, logp, _t([1.0]), torch.ones(1, 2), LossConfig(tis_mode="tis"))
+        compute_total_loss(logp, logp, _t([1.0]), torch.ones(1, 2), LossFnConfig(tis_mode="tis"))
 
 
 def test_gather_log_probs_divides_by_temperature() -> None:

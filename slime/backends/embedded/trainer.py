@@ -18,8 +18,8 @@ from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_
 from slime.timeline import PhaseClock, trainer_metrics
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
-from slime.training.loss import LossConfig as LossFnConfig
 from slime.training.loss import (
+    LossFnConfig,
     compute_total_loss,
     entropy_from_logits,
     from_runtime,

@@ -88,3 +88,22 @@ def canonical(field: str) -> str:
 
 def flag(field: str) -> str:
     return "--" + field.replace("_", "-")
+
+
+def upstream_kinds() -> dict[str, str] | None:
+    """Field spelling of each option of the installed SGLang's own parser (ServerArgs.add_cli_args)
+    -> its kind; None where SGLang is not installed. Keyed by the option as typed (`--cuda-graph-bs`
+    -> cuda_graph_bs), since a deprecated alias stores into another field. The runtime reads FLAGS
+    (a --sglang-* flag's verdict is the same on every machine); tests/runtime/test_megatron_flags.py
+    checks FLAGS against this where SGLang is installed."""
+    try:
+        from sglang.srt.server_args import ServerArgs
+    except ImportError:
+        return None
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    # argparse has no public list of a parser's options; _actions is its record of them.
+    return {o[2:].replace("-", "_"): SWITCH if a.nargs == 0 else LIST if a.nargs in ("+", "*") else VALUE
+            for a in parser._actions for o in a.option_strings if o.startswith("--")}
