@@ -45,3 +45,10 @@ def exc_codes(exc: BaseException) -> list[str | None]:
     """The codes of an exception: its `problems` (a UsageError's list), else its own message."""
     problems = getattr(exc, "problems", None)
     return codes(problems) if problems else [code_of_exc(exc)]
+
+
+def raised(exc: BaseException, code: str, **params: Any) -> bool:
+    """Whether `exc` was raised with a refusal of `code` (and `params`): its single Refusal
+    argument, or one of its `problems` (a UsageError lists each)."""
+    problems = getattr(exc, "problems", None)
+    return has(problems if problems else [message_of(exc)], code, **params)
