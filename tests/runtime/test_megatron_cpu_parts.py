@@ -34,6 +34,7 @@ from slime.backends.megatron.model_args import (
     recompute_kwargs,
     transformer_config_kwargs,
 )
+from tests.refusal_codes import raised
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "scripts" / "models").glob("*.sh"))
@@ -76,11 +77,13 @@ def test_read_model_args_comments_quotes_and_refusals(tmp_path):
                  '  --moe-layer-freq "[0]*1+[1]*1"\n)\nOTHER=(--x)\n')
     assert read_model_args(p) == ["--num-layers", "2", "--moe-layer-freq", "[0]*1+[1]*1"]
     p.write_text("MODEL_ARGS=(\n --num-layers $N\n)\n")
-    with pytest.raises(ModelArgsError, match="shell variable"):
+    with pytest.raises(ModelArgsError) as e:
         read_model_args(p)
+    assert raised(e.value, "model_spec.shell_variable", token="$N")
     p.write_text("NOPE=(1)\n")
-    with pytest.raises(ModelArgsError, match="no MODEL_ARGS"):
+    with pytest.raises(ModelArgsError) as e:
         read_model_args(p)
+    assert raised(e.value, "model_spec.no_array")
 
 
 def test_dense_spec_to_transformer_config_kwargs():
@@ -170,10 +173,12 @@ def test_layer_pattern_parsing():
     assert parse_layer_pattern("[0]*3+[1]*5", 8) == [0, 0, 0, 1, 1, 1, 1, 1]
     assert parse_layer_pattern("[0,1]*2", 4) == [0, 1, 0, 1]
     assert parse_layer_pattern("2", 4) == 2
-    with pytest.raises(ModelArgsError, match="describes 3 layers"):
+    with pytest.raises(ModelArgsError) as e:
         parse_layer_pattern("[1]*3", 4)
-    with pytest.raises(ModelArgsError, match="expected terms"):
+    assert raised(e.value, "model_spec.pattern_layers", count=3, layers=4)
+    with pytest.raises(ModelArgsError) as e:
         parse_layer_pattern("__import__('os')", 4)
+    assert raised(e.value, "model_spec.pattern_terms")
 
 
 def test_parallel_optimizer_and_recompute_flags():

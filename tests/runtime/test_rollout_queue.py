@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from slime.rollout.queue import INDEX, SEGMENTS, QueueError, RolloutQueue, _encode, check_run_id
+from tests.refusal_codes import raised
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,11 +80,13 @@ def test_committed_bytes_missing_is_refused_not_silently_lost(tmp_path):
 def test_another_run_id_is_refused_and_a_second_producer_too(tmp_path):
     q = RolloutQueue(tmp_path, "run-a")
     q.put({"x": 1})
-    with pytest.raises(QueueError, match="in use by another process"):
+    with pytest.raises(QueueError) as e:
         RolloutQueue(tmp_path, "run-a")
+    assert raised(e.value, "queue.in_use")
     q.close()
-    with pytest.raises(QueueError, match="a new experiment takes a fresh run id"):
+    with pytest.raises(QueueError) as e:
         check_run_id(tmp_path, "run-b")
+    assert raised(e.value, "queue.other_run", owner="run-a", run_id="run-b")
     with pytest.raises(QueueError, match="run-a"):
         RolloutQueue(tmp_path, "run-b")
 

@@ -16,6 +16,7 @@ from slime.rollout.engines.sglang import (
     plan_engines,
     to_argv,
 )
+from tests.refusal_codes import raised
 
 PD_YAML = """\
 sglang:
@@ -158,10 +159,12 @@ def test_invalid_combinations_are_refused_with_the_reason(tmp_path, flags, yaml,
 
 
 def test_gpu_totals_must_match_rollout_gpus_and_pd_must_leave_decode():
-    with pytest.raises(TranslationError, match="hold 4 GPUs but --rollout-num-gpus is 8"):
+    with pytest.raises(TranslationError) as e:
         plan_engines(default_groups(4, 2, None), {}, rollout_gpus=8)
-    with pytest.raises(TranslationError, match="leaves no decode GPUs"):
+    assert raised(e.value, "sglang.groups_total", total=4, gpus=8)
+    with pytest.raises(TranslationError) as e:
         default_groups(4, 2, 2)
+    assert raised(e.value, "sglang.prefill_no_decode")
 
 
 def test_lab_rendered_yaml_translates(tmp_path):
