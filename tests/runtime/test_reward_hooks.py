@@ -18,6 +18,7 @@ from slime.rewards.hooks import (
     load_function,
     reward_to_float,
 )
+from tests.refusal_codes import raised
 
 HERE = Path(__file__).resolve().parent
 FIXTURE_FILE = HERE / "fixtures_hooks" / "good_hooks.py"
@@ -119,8 +120,9 @@ def test_generate_hook_must_be_async() -> None:
 
 
 def test_malformed_path_and_unknown_kind_are_rejected() -> None:
-    with pytest.raises(HookLoadError, match=r"\[reward hook\] 'justaname' is not a hook path"):
+    with pytest.raises(HookLoadError) as e:
         load_function("justaname", kind="reward")
+    assert raised(e.value, "hooks.not_a_path", kind="reward", path="justaname")
     with pytest.raises(ValueError, match="unknown hook kind 'rewards'.*group_reward"):
         load_function(f"{DOTTED}.sync_reward", kind="rewards")
 
