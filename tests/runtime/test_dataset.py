@@ -32,8 +32,9 @@ def test_missing_key_names_the_key_the_line_and_the_keys_present(tmp_path):
 
 
 def test_missing_file_names_the_flag_and_the_path(tmp_path):
-    with pytest.raises(DataError, match=r"--prompt-data: file not found: .*nope\.jsonl"):
+    with pytest.raises(DataError) as e:
         read_records(tmp_path / "nope.jsonl", "--prompt-data")
+    assert raised(e.value, "data.not_found", flag="--prompt-data", path=str(tmp_path / "nope.jsonl"))
 
 
 def test_parquet_reads_like_jsonl(tmp_path):

@@ -130,8 +130,10 @@ def test_moe_and_mla_specs_map_to_config_fields():
 def test_specs_with_layers_not_built_yet_are_refused_by_name():
     transformer_config_kwargs(load_flags(ROOT / "scripts" / "models" / "glm4-9B.sh"))  # sandwich norms: built
     flags = load_flags(ROOT / "scripts" / "models" / "qwen3.5-27B.sh")
-    with pytest.raises(ModelArgsError, match="--hybrid-linear-attention mamba2: this backend builds gated_delta_net"):
+    with pytest.raises(ModelArgsError) as e:
         transformer_config_kwargs({**flags, "hybrid_linear_attention": "mamba2"})
+    assert raised(e.value, "megatron.spec.cannot_build")
+    assert "--hybrid-linear-attention mamba2" in str(e.value.args[0].params["reasons"])  # named by its flag
 
 
 def test_qwen3_5_spec_gives_megatrons_gated_delta_net_fields():
