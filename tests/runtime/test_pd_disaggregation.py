@@ -207,7 +207,7 @@ def test_embedded_pd_flags_are_checked_before_start(tiny, tmp_path):
     (tmp_path / "wide.yaml").write_text(PD_YAML.replace("{worker_type: prefill, num_gpus: 1}",
                                                         "{worker_type: prefill, num_gpus: 2, num_gpus_per_engine: 2}"))
     errors = check("wide.yaml")
-    assert any("prefill group has num_gpus_per_engine 2" in e for e in errors), errors
+    assert has(errors, "embedded.engine_group_size", worker_type="prefill", size=2), errors
     import json
     import shutil
 

@@ -48,5 +48,5 @@ def test_hook_with_a_wrong_signature_is_refused_before_start(tiny, tmp_path):
 
 def test_load_without_the_marker_is_an_error_not_a_fresh_start(tiny, tmp_path):
     (tmp_path / "ckpt" / "iter_0000002").mkdir(parents=True)
-    msg = _problems(tiny_flags(tiny, tmp_path, "--num-rollout", "1", "--load", str(tmp_path / "ckpt")))
-    assert "--load" in msg and "no latest_checkpointed_iteration.txt" in msg
+    refused = _refused(tiny_flags(tiny, tmp_path, "--num-rollout", "1", "--load", str(tmp_path / "ckpt")))
+    assert raised(refused, "checkpoint.no_marker_found", flag="--load", marker="latest_checkpointed_iteration.txt")
