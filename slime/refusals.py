@@ -124,6 +124,9 @@ class Templates:
         self.namespace = namespace
         for key, names in params.items():
             code = f"{namespace}.{key}"
+            if isinstance(names, str):  # an English template where the names belong (an old-style declaration)
+                raise TypeError(f"refusal code {code}: declare its parameter names, e.g. ('flag', 'value'); "
+                                "its wording goes in slime/locales/refusals.<lang>.json")
             if CODES.get(code, tuple(names)) != tuple(names):
                 raise ValueError(f"refusal code {code} declared twice with different parameters")
             CODES[code] = tuple(names)

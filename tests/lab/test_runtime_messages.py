@@ -139,3 +139,10 @@ def test_the_code_registry_imports_neither_torch_nor_ray():
              "print(sorted(m for m in ('torch', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_declaration_takes_parameter_names_not_a_template():
+    from slime.refusals import declare
+
+    with pytest.raises(TypeError, match="slime/locales"):
+        declare("test_only", {"old_style": "{flag} is refused"})
