@@ -8,7 +8,9 @@
 - `change.*`: the reasons of dependent changes (`lab.rules`, `lab.workspace`), `repair.*`: repair
   titles (`lab.repair`), `label.*`: history labels, `memory.*`: memory item names and exclusions;
 - `error.*`, `input.*`, `import.*`: refusals of bad input (ChangeError, LoadError, ShareError,
-  ScriptImportError; pydantic's own errors through `pydantic_text`), worded at the API edge too.
+  ScriptImportError; pydantic's own errors through `pydantic_text`), worded at the API edge too;
+- `runtime.<code>`: the runtime's refusals, read from the runtime's own catalogue
+  (`slime/locales/refusals.<lang>.json`), never copied here.
 
 Every producer emits a `Text` (key + parameters), never a finished sentence: a FieldChange carries
 `reason_id`/`reason_params`, a HistoryEntry `label_id`/`label_params`, a Repair `title_id`/`params`,
@@ -29,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from slime.refusals import catalogue as runtime_catalogue
 
 LOCALE_DIR = Path(__file__).parent / "locales"
 LANGS = ("en", "zh")
@@ -51,12 +55,17 @@ def normalize_lang(lang: str | None) -> str:
     return base if base in LANGS else DEFAULT_LANG
 
 
+RUNTIME_PREFIX = "runtime."  # runtime.<code>: the runtime's own wording of a refusal code
+
+
 @cache
 def catalogue(lang: str) -> dict[str, str]:
-    """The templates of one language (read once)."""
+    """The templates of one language (read once): the lab's own, and under `runtime.<code>` the
+    runtime's refusal catalogue (slime/locales/refusals.<lang>.json), its one home."""
     path = LOCALE_DIR / f"messages.{lang}.json"
     data = json.loads(path.read_text(encoding="utf-8"))
-    return {k: v for k, v in data.items() if not k.startswith("_")}  # "_comment" keys are notes
+    own = {k: v for k, v in data.items() if not k.startswith("_")}  # "_comment" keys are notes
+    return own | {RUNTIME_PREFIX + code: t for code, t in runtime_catalogue(lang).items()}
 
 
 def placeholders(template: str) -> list[str]:
@@ -74,7 +83,7 @@ class Text(BaseModel):
         return render(self.key, self.params, DEFAULT_LANG)
 
 
-def text(key: str, **params: Any) -> Text:
+def text(key: str, /, **params: Any) -> Text:
     """The Text `key` with `params` (the key must exist in the catalogue: checked when rendered)."""
     return Text(key=key, params=params)
 
@@ -86,7 +95,7 @@ def keyed(key: str | None, params: dict[str, Any] | None, fallback: str | None, 
     return localize_text(key, params, lang)
 
 
-def ref(key: str, **params: Any) -> dict[str, Any]:
+def ref(key: str, /, **params: Any) -> dict[str, Any]:
     """A parameter that is itself a catalogue text (rendered in the target language)."""
     return {"key": key, "params": params}
 

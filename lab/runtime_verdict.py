@@ -9,9 +9,10 @@ names (the `x-flag` / `x-flags` declarations of lab/experiment.py). No lab rule 
 rule: when the runtime gains a capability, its refusal, and the lab's finding, go away together.
 
 Each refusal carries the runtime's stable code and parameters (slime.refusals.Refusal). The lab
-words it in the page's language from `runtime.<code>` in lab/locales/messages.*.json (wording
-only: the rule stays in the runtime); a refusal without a code, or with a code the catalogue does
-not word, is shown in the runtime's own English, verbatim.
+words it in the page's language from the runtime's own catalogue (slime/locales/refusals.*.json,
+seen as `runtime.<code>` by lab.messages): the same text the runtime prints, with its flags marked
+as code. A refusal without a code, or with a code the catalogue does not word, is shown in the
+runtime's own English, verbatim. Fields are found from the English text, whatever SLIME_LANG says.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from typing import Any
 from lab.experiment import EXTRA_FLAGS_PATH, FIELD_FLAGS, Experiment, fields_of_flag
 from lab.findings import Finding
 from lab.memo import Memo
-from lab.messages import DEFAULT_LANG, catalogue, ref
+from lab.messages import DEFAULT_LANG, RUNTIME_PREFIX, catalogue, ref
 from lab.recipes import REPO_ROOT, Recipe, get_recipe
 from lab.render import context as ctx
 from lab.render.env import Var
@@ -109,8 +110,10 @@ def judge(exp: Experiment, recipe: Recipe | None = None):
 
 def fields_for_message(message: str, extra: list[str]) -> list[str]:
     """The fields whose flags a runtime message names; the extra-flags field for flags it holds."""
+    from slime.refusals import english
+
     fields: list[str] = []
-    for flag in _FLAG.findall(message):
+    for flag in _FLAG.findall(english(message)):
         owners = fields_of_flag(flag)
         if flag in extra:
             owners = [EXTRA_FLAGS_PATH] + owners
@@ -125,29 +128,29 @@ def runtime_findings(exp: Experiment) -> list[Finding]:
     return [f.model_copy() for f in _FOUND.get(exp.model_dump_json(), lambda: tuple(_findings(exp)))]
 
 
-RUNTIME_KEY = "runtime.{code}"  # the catalogue key that words a runtime code
+RUNTIME_KEY = RUNTIME_PREFIX + "{code}"  # the catalogue key that words a runtime code
 
 
 def runtime_finding(level: str, fields: list[str], message: str) -> Finding:
     """One runtime refusal (or warning) as a finding. params: `reason`, the runtime's English text;
     `code`, its stable code (None without one); `text`, what the message shows: the catalogue's
     wording of the code (a reference rendered in each language), else the English text itself."""
-    from slime.refusals import code_of
+    from slime.refusals import code_of, english
 
     code, _ = code_of(message)
-    return Finding.of("RUNTIME", level, fields, level, reason=str(message), code=code, text=runtime_text(message))
+    return Finding.of("RUNTIME", level, fields, level, reason=english(message), code=code, text=runtime_text(message))
 
 
 def runtime_text(message: str) -> Any:
     """A runtime message as a finding parameter: the catalogue's wording of its code (a reference
     rendered in each language), else its English text verbatim. A refusal that wraps another (a
     parameter that is itself a refusal) words the inner one the same way."""
-    from slime.refusals import Refusal, code_of
+    from slime.refusals import Refusal, code_of, english
 
     code, args = code_of(message)
     key = RUNTIME_KEY.format(code=code)
     if not (code and key in catalogue(DEFAULT_LANG)):
-        return str(message)
+        return english(message)
     return ref(key, **{k: runtime_text(v) if isinstance(v, Refusal) else v for k, v in args.items()})
 
 

@@ -32,18 +32,18 @@ LR_DECAY_STYLES = ("constant", "linear", "cosine", "inverse-square-root")
 
 # Command-line problems found while parsing (UsageError.problems), each with a stable code.
 _U = declare("usage", {
-    "unknown_flag": "unknown flag {flag}",
-    "unknown_flag_hint": "unknown flag {flag}; did you mean {close}?",
-    "unexpected_value": "unexpected value {value!r} (no flag takes it)",
-    "invalid_value": "argument {flag}: invalid {kind} value: {value}",
-    "invalid_choice": "argument {flag}: invalid choice: {value} (choose from {choices})",
-    "expected_one": "argument {flag}: expected one argument",
-    "expected_some": "argument {flag}: expected at least one argument",
-    "explicit_value": "argument {flag}: ignored explicit argument {value}",
-    "eval_pairs": "--eval-prompt-data takes NAME PATH pairs; got {count} items: {items}",
-    "expected_number": "{flag} {value!r}: expected a number",
-    "expected_integer": "{flag} {value!r}: expected an integer",
-    "expected_name": "{flag} {value!r}: expected a name",
+    "unknown_flag": ("flag",),
+    "unknown_flag_hint": ("flag", "close"),
+    "unexpected_value": ("value",),
+    "invalid_value": ("flag", "kind", "value"),
+    "invalid_choice": ("flag", "value", "choices"),
+    "expected_one": ("flag",),
+    "expected_some": ("flag",),
+    "explicit_value": ("flag", "value"),
+    "eval_pairs": ("count", "items"),
+    "expected_number": ("flag", "value"),
+    "expected_integer": ("flag", "value"),
+    "expected_name": ("flag", "value"),
 })
 
 # argparse's own messages (Python 3.12), read back into codes; anything else stays uncoded.
@@ -258,123 +258,91 @@ def data_parallel_size(cfg: Config) -> int:
     return ranks // model if model and ranks % model == 0 else 0
 
 
-# Each refusal of validate() and warnings(), with its English text (slime/refusals.py): the lab
-# words the same code in other languages; the rule stays in the functions below.
+# Each refusal of validate() and warnings(), with its parameter names (slime/refusals.py); its
+# wording, in every language, is in slime/locales/refusals.*.json; the rule stays in the functions below.
 _R = declare("args", {
-    "run_length": "set the run length with --num-rollout or --num-epoch",
-    "engine_size": "--rollout-num-gpus-per-engine must be >= 1 (GPUs of one rollout engine)",
-    "rollout_batch": "--rollout-batch-size is required (prompts per rollout, > 0)",
-    "n_samples": "--n-samples-per-prompt must be >= 1",
-    "temperature": "--rollout-temperature must be > 0 (log-probs are taken at this temperature)",
-    "top_p": "--rollout-top-p must lie in (0, 1]",
-    "gbs_vs_steps": "--global-batch-size {gbs} disagrees with --num-steps-per-rollout {steps} "
-                    "(rollout holds {samples} samples); keep one",
-    "gbs_divides": "--global-batch-size {gbs} does not divide the {samples} samples of a rollout "
-                   "(--rollout-batch-size x --n-samples-per-prompt): samples would be dropped",
-    "gbs_dp": "the global batch ({gbs} samples) does not split over {dp} data-parallel ranks "
-              "(--actor-num-nodes x --actor-num-gpus-per-node / model-parallel size)",
-    "dynamic_batch": "--use-dynamic-batch-size needs --max-tokens-per-gpu",
-    "one_sample_group": "--n-samples-per-prompt 1 with a group-relative estimator gives every sample advantage 0; "
-                        "use n >= 2 or --disable-rewards-normalization",
-    "no_reward": "choose a reward: --rm-type (deepscaler, math, dapo, f1, gpqa, remote_rm, ...) or --custom-rm-path",
-    "group_rm": "--group-rm needs --custom-rm-path (a function that scores a whole group)",
-    "prompt_data": "--prompt-data is required",
-    "prompt_data_missing": "--prompt-data: file not found: {path}",
-    "hf_checkpoint": "--hf-checkpoint is required (tokenizer, config and serving weights)",
-    "hf_not_dir": "--hf-checkpoint: not a directory: {path}",
-    "save_interval": "--save-interval needs --save",
-    "load_not_dir": "--load: not a directory: {path}",
-    "kl_loss_ref": "--use-kl-loss needs a frozen reference model from --ref-load",
-    "kl_coef_ref": "--kl-coef needs a frozen reference model from --ref-load (the KL in the reward is to it)",
-    "tis_icepop": "--use-tis and --use-icepop are two corrections of the same ratio: pick one",
-    "sc_ratio": "--use-sc with {flag}: SC already weighs each sample by its truncated sequence ratio "
-                "(--tis-clip); drop {flag}",
-    "sc_estimator": "--use-sc with --advantage-estimator {estimator}: SC centres importance-weighted scores within "
-                    "each group of --n-samples-per-prompt and trains with plain REINFORCE; use grpo or dr_grpo",
-    "sc_kl_coef": "--use-sc with --kl-coef {kl_coef}: SC puts no KL in the reward; use --use-kl-loss --kl-loss-coef",
-    "sc_clip": "--use-sc truncates the sequence ratio at --tis-clip {clip}, which must be > 0",
-    "sc_one_sample": "--use-sc with --n-samples-per-prompt 1: a group of one sample is its own mean, so every "
-                     "advantage is 0; use n >= 2",
-    "eval_data": "--eval-interval needs --eval-prompt-data NAME PATH",
-    "eval_missing": "--eval-prompt-data {name}: file not found: {path}",
-    "disk_dir": "--update-weight-transport disk needs --update-weight-disk-dir",
-    "delta": "--update-weight-mode delta is not implemented yet; use full",
-    "async_colocate": "train_async.py keeps generation in flight while training, which needs separate pools: "
-                      "drop --colocate (or use train.py)",
-    "external_colocate": "--rollout-external-engine-addrs with --colocate: external engines run on GPUs slime does "
-                         "not own, so nothing can be colocated with them",
-    "external_layout": "--rollout-external-engine-addrs with --sglang-config / --prefill-num-servers: the external "
-                       "deployment owns the engines' layout (SGL-4)",
-    "external_tensor": "--update-weight-transport tensor with external engines: use disk, http or nccl",
-    "sglang_config_prefill": "--sglang-config with --prefill-num-servers: describe PD in the config only (SGL-4)",
-    "sglang_config_missing": "--sglang-config: file not found: {path}",
-    "mooncake_missing": "--update-weight-transport mooncake: Mooncake's transfer engine is not installed: pip install "
-                        "mooncake-transfer-engine-non-cuda (CPU hosts, with libibverbs1) or mooncake-transfer-engine "
-                        "(CUDA hosts)",
-    "mooncake_sglang": "--update-weight-transport mooncake with --rollout-backend sglang: SGLang serves no Mooncake "
-                       "weight-update endpoint (it uses Mooncake for PD KV transfer only); use nccl or disk",
-    "mooncake_flags": "--mooncake-protocol / --mooncake-device apply to --update-weight-transport mooncake only",
-    "router_slime": "--router-policy {policy} is not a policy of the slime router: add --use-sglang-router",
-    "router_sglang": "--router-policy {policy} is not a policy of the sglang-router router: use cache_aware, "
-                     "round_robin, power_of_two or random",
-    "sglang_router_missing": "--use-sglang-router: sglang-router is not installed (pip install sglang-router==0.3.2)",
-    "health_check": "--rollout-health-check-interval and --rollout-health-check-timeout must be > 0",
-    "wandb": "--use-wandb is not available in this build; use --use-tensorboard or metrics.jsonl",
+    "run_length": (),
+    "engine_size": (),
+    "rollout_batch": (),
+    "n_samples": (),
+    "temperature": (),
+    "top_p": (),
+    "gbs_vs_steps": ("gbs", "steps", "samples"),
+    "gbs_divides": ("gbs", "samples"),
+    "gbs_dp": ("gbs", "dp"),
+    "dynamic_batch": (),
+    "one_sample_group": (),
+    "no_reward": (),
+    "group_rm": (),
+    "prompt_data": (),
+    "prompt_data_missing": ("path",),
+    "hf_checkpoint": (),
+    "hf_not_dir": ("path",),
+    "save_interval": (),
+    "load_not_dir": ("path",),
+    "kl_loss_ref": (),
+    "kl_coef_ref": (),
+    "tis_icepop": (),
+    "sc_ratio": ("flag",),
+    "sc_estimator": ("estimator",),
+    "sc_kl_coef": ("kl_coef",),
+    "sc_clip": ("clip",),
+    "sc_one_sample": (),
+    "eval_data": (),
+    "eval_missing": ("name", "path"),
+    "disk_dir": (),
+    "delta": (),
+    "async_colocate": (),
+    "external_colocate": (),
+    "external_layout": (),
+    "external_tensor": (),
+    "sglang_config_prefill": (),
+    "sglang_config_missing": ("path",),
+    "mooncake_missing": (),
+    "mooncake_sglang": (),
+    "mooncake_flags": (),
+    "router_slime": ("policy",),
+    "router_sglang": ("policy",),
+    "sglang_router_missing": (),
+    "health_check": (),
+    "wandb": (),
     # _algorithm_errors
-    "producers_min": "--num-rollout-producers {n}: at least 1 (1 is the rollout manager alone)",
-    "producers_sync": "--num-rollout-producers {n} with train.py: producers feed the fully async loop; run "
-                      "train_async.py, or drop the flag (train.py generates in the rollout manager)",
-    "producers_queue": "--num-rollout-producers {n} without --rollout-queue-dir: producers write every group durably "
-                       "into the straw queue; add --rollout-queue-dir DIR --rollout-queue-run-id ID",
-    "producers_dynamic": "--num-rollout-producers {n} with --over-sampling-batch-size / --dynamic-sampling-filter-path "
-                         "/ --partial-rollout: aborting and buffering span the whole rollout and run in the rollout "
-                         "manager; drop these flags or use --num-rollout-producers 1",
-    "producers_engines": "--num-rollout-producers {n} with {engines} rollout engine(s): at most one producer per "
-                         "engine group; use --num-rollout-producers {engines} or add engines (--rollout-num-gpus)",
-    "critic_flags_unused": "{flags}: read by --advantage-estimator ppo only (the critic and GAE); drop them or use ppo",
-    "gae_range": "--gamma {gamma} / --lambd {lambd}: both must lie in [0, 1]",
-    "value_clip": "--value-clip {value_clip} must be > 0 (how far one update may move a value)",
-    "critic_lr": "--critic-lr {lr} must be > 0",
-    "critic_save": "--critic-save needs --save: the critic is saved with the policy's checkpoints (--save-interval)",
-    "kl_coef_group": "--kl-coef {kl_coef} with --advantage-estimator {estimator}: a group-relative estimator takes no "
-                     "KL in the reward; use --use-kl-loss --kl-loss-coef, or reinforce_plus_plus(_baseline)",
-    "kl_coef_negative": "--kl-coef must be >= 0",
-    "dr_grpo_per_token": "--advantage-estimator dr_grpo normalizes by a constant (samples x --rollout-max-response-len); "
-                         "drop --calculate-per-token-loss",
-    "lr_decay_style": "--lr-decay-style {style}: this build schedules {styles}",
-    "min_lr": "--min-lr {min_lr} must lie in [0, --lr {lr}]",
-    "warmup_range": "--lr-warmup-iters must be >= 0 and --lr-warmup-fraction in [0, 1]",
-    "warmup_both": "--lr-warmup-iters and --lr-warmup-fraction both set: keep one",
-    "decay_iters": "--lr-decay-iters {decay} must be >= 1 and above --lr-warmup-iters {warmup}",
-    "sync_interval": "--update-weights-interval must be >= 1",
-    "staleness_negative": "--max-weight-staleness must be >= 0",
-    "staleness_sync": "--max-weight-staleness applies to train_async.py; train.py trains every rollout on the "
-                      "weights that generated it (use --update-weights-interval to allow staleness)",
+    "producers_min": ("n",),
+    "producers_sync": ("n",),
+    "producers_queue": ("n",),
+    "producers_dynamic": ("n",),
+    "producers_engines": ("n", "engines"),
+    "critic_flags_unused": ("flags",),
+    "gae_range": ("gamma", "lambd"),
+    "value_clip": ("value_clip",),
+    "critic_lr": ("lr",),
+    "critic_save": (),
+    "kl_coef_group": ("kl_coef", "estimator"),
+    "kl_coef_negative": (),
+    "dr_grpo_per_token": (),
+    "lr_decay_style": ("style", "styles"),
+    "min_lr": ("min_lr", "lr"),
+    "warmup_range": (),
+    "warmup_both": (),
+    "decay_iters": ("decay", "warmup"),
+    "sync_interval": (),
+    "staleness_negative": (),
+    "staleness_sync": (),
     # _reward_errors
-    "remote_url": "--rm-type remote_rm needs --rm-url http://HOST:PORT/PATH (the reward model's endpoint)",
-    "rm_url_unused": "--rm-url is read by --rm-type remote_rm (or a --custom-rm-path hook, as args.rollout.rm_url); "
-                     "add one, or drop --rm-url",
-    "rm_timeout": "--rm-timeout must be > 0 and --rm-max-retries >= 0",
+    "remote_url": (),
+    "rm_url_unused": (),
+    "rm_timeout": (),
     # _rollout_mode_errors
-    "over_sampling": "--over-sampling-batch-size {over} is below --rollout-batch-size {rbs}: each round must submit "
-                     "at least the groups a rollout keeps (BAT-7); use 1.5-3x",
-    "filter_one_sample": "--dynamic-sampling-filter-path nonzero_reward_std with --n-samples-per-prompt 1: a group of "
-                         "one sample has zero reward std, so no group ever passes and generation never finishes (BAT-6)",
-    "mask_without_partial": "--mask-offpolicy-in-partial-rollout without --partial-rollout does nothing (PRT-1): "
-                            "add --partial-rollout or drop the mask flag",
-    "generate_hook_dynamic": "--custom-generate-function-path with --over-sampling-batch-size / "
-                             "--dynamic-sampling-filter-path / --partial-rollout: per-group submission, abort and "
-                             "continuation go through the built-in generation only; drop the generate hook or these flags",
-    "queue_pair": "straw queue: give both --rollout-queue-dir DIR and --rollout-queue-run-id ID",
-    "queue_run_id": "--rollout-queue-run-id {run_id!r}: use letters, digits, dots, underscores and hyphens only",
+    "over_sampling": ("over", "rbs"),
+    "filter_one_sample": (),
+    "mask_without_partial": (),
+    "generate_hook_dynamic": (),
+    "queue_pair": (),
+    "queue_run_id": ("run_id",),
     # warnings()
-    "warn_partial_no_over": "PRT-1: --partial-rollout without --over-sampling-batch-size > --rollout-batch-size or a "
-                            "dynamic filter: nothing is still in flight when a rollout reaches its target, so nothing "
-                            "is recycled",
-    "warn_partial_no_mask": "PRT-1: --partial-rollout with neither --mask-offpolicy-in-partial-rollout nor --use-tis: "
-                            "resumed samples carry tokens of older weight versions that are trained as if on-policy",
-    "warn_filter_no_over": "BAT-7: a dynamic filter without --over-sampling-batch-size > --rollout-batch-size: every "
-                           "dropped group starts another full sampling round (over-sample 1.5-3x)",
+    "warn_partial_no_over": (),
+    "warn_partial_no_mask": (),
+    "warn_filter_no_over": (),
 })
 
 
@@ -391,8 +359,7 @@ ATTENTION_BACKENDS = ("flash", "auto")
 # masked_softmax_fusion and apply_rope_fusion False), so "no fusion" is what it does: both are in
 # slime/megatron_flags.py.
 _SF = declare("script_flags", {
-    "attention_backend": "--attention-backend {value}: the Megatron backend of this build runs attention through "
-                         "torch SDPA (flash kernels where the GPU has them); use flash or auto, or leave the flag out",
+    "attention_backend": ("value",),
 })
 
 

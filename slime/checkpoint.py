@@ -25,15 +25,12 @@ from typing import Any
 from slime.refusals import declare
 
 _R = declare("checkpoint", {
-    "no_marker": "{flag} {root}: no {marker}: not a complete checkpoint directory",
-    "no_marker_found": "{flag} {root}: no {marker}: not a complete checkpoint directory; it holds {found} but no "
-                       "marker, so the last save did not finish (or {flag} points at an iter_* folder instead of its parent)",
-    "state_missing": "{flag} {root}: {marker} says {iteration!r} but {state} is missing",
-    "no_iteration": "{flag} {root}: no complete {name} (holds {found}); the policy checkpoint being resumed is "
-                    "iteration {iteration}",
-    "file_missing": "{flag} {root}: {file} is missing; refusing a half-written checkpoint",
-    "file_changed": "{flag} {root}: {file} is truncated or changed ({size} bytes, manifest says {expected}); "
-                    "refusing a half-written checkpoint",
+    "no_marker": ("flag", "root", "marker"),
+    "no_marker_found": ("flag", "root", "marker", "found"),
+    "state_missing": ("flag", "root", "marker", "iteration", "state"),
+    "no_iteration": ("flag", "root", "name", "found", "iteration"),
+    "file_missing": ("flag", "root", "file"),
+    "file_changed": ("flag", "root", "file", "size", "expected"),
 })
 
 MARKER = "latest_checkpointed_iteration.txt"

@@ -15,7 +15,7 @@ MAX_GPUS = MAX_NODES * MAX_GPUS_PER_NODE  # --rollout-num-gpus, and any pool
 MAX_GPUS_PER_ENGINE = 1024  # --rollout-num-gpus-per-engine (an engine may span nodes)
 
 
-_R = declare("limits", {"outside": "{flag} {value} is outside what the runtime supports ({lo}..{hi})"})
+_R = declare("limits", {"outside": ("flag", "value", "lo", "hi")})
 
 
 def cluster_size_errors(actor_num_nodes: int, actor_num_gpus_per_node: int, num_gpus_per_node: int,

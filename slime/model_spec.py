@@ -41,23 +41,21 @@ class ModelSpecError(ValueError):
 
 
 _R = declare("model_spec", {
-    "no_array": "{path}: no MODEL_ARGS=( ... ) array",
-    "shell_variable": "{path}: {token!r} uses a shell variable; spec files must be literal",
-    "not_closed": "{path}: MODEL_ARGS=( is never closed",
-    "stray_value": "unexpected value {token!r} (no flag takes it)",
-    "not_integer": "{flag} {value!r} is not an integer",
-    "not_number": "{flag} {value!r} is not a number",
-    "pattern_terms": "{flag} {text!r}: expected terms like [0]*3+[1]*58",
-    "pattern_layers": "{flag} {text!r} describes {count} layers, the spec has {layers}",
-    "lacks": "{name}: MODEL_ARGS lacks {flags}",
-    "not_found": "model spec not found: {path}",
-    "in_file": "{path}: {error}",
-    "mismatch": "{field}: {config_key} = {config} in config.json, but the spec says {flag} {spec}",
-    "config_missing": "{path} not found: cannot check the checkpoint against the model spec",
-    "config_differs": "refusing {path}: its config.json disagrees with the model spec (MODEL_ARGS) in {count} "
-                      "field(s):\n  - {fields}\nFix the spec file (scripts/models/*.sh) or point at the matching "
-                      "checkpoint; no weights were read.",
-    "could_not_compare": "could not compare: {error}",
+    "no_array": ("path",),
+    "shell_variable": ("path", "token"),
+    "not_closed": ("path",),
+    "stray_value": ("token",),
+    "not_integer": ("flag", "value"),
+    "not_number": ("flag", "value"),
+    "pattern_terms": ("flag", "text"),
+    "pattern_layers": ("flag", "text", "count", "layers"),
+    "lacks": ("name", "flags"),
+    "not_found": ("path",),
+    "in_file": ("path", "error"),
+    "mismatch": ("field", "config_key", "config", "flag", "spec"),
+    "config_missing": ("path",),
+    "config_differs": ("path", "count", "fields"),
+    "could_not_compare": ("error",),
 })
 
 

@@ -1,21 +1,36 @@
 """Refusals with a stable code: what the runtime says when it will not run a flag combination.
 
-A refusal is its English text (a ``str``, so printing, joining and ``in`` checks behave as
-before) that also carries a stable ``code`` and the ``params`` its template was filled with.
-Another program can then word the same refusal in another language from code and params alone
-(the lab does, from its locale files), while the rule itself stays here in the runtime.
+A refusal is its text (a ``str``, so printing, joining and ``in`` checks behave as before) that
+also carries a stable ``code`` and the ``params`` its template was filled with. Another program can
+word the same refusal in another language from code and params alone (the lab does).
 
-Every code is declared once, with its English template, in a module-level table (``declare``), so
-the whole set is known as soon as the declaring modules are imported (``all_codes``): a test can
-check that each one has a wording in every language. Torch-free and Ray-free.
+Every code is declared once, with the names of its parameters, in a module-level table
+(``declare``), so the whole set is known as soon as the declaring modules are imported
+(``all_codes``). Its wording lives once per language, in ``slime/locales/refusals.<lang>.json``,
+read by the runtime and by the lab alike; a test checks that every code has a wording in every
+language with exactly its declared parameters. In the catalogue, `backticks` mark flags, values and
+paths: the lab shows them as code, the console text drops the marks (``plain``).
+
+The runtime words its refusals in ``SLIME_LANG`` (``en``, the default, or ``zh``). Torch-free and
+Ray-free.
 """
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import re
+from functools import cache
+from pathlib import Path
 from typing import Any
 
-# code -> English template (str.format). Filled by declare() at import time.
-CODES: dict[str, str] = {}
+# code -> the names of its template's parameters. Filled by declare() at import time.
+CODES: dict[str, tuple[str, ...]] = {}
+
+CATALOGUE_DIR = Path(__file__).parent / "locales"
+LANGS = ("en", "zh")
+DEFAULT_LANG = "en"
+LANG_ENV = "SLIME_LANG"  # the language of the runtime's own refusals (console, logs, errors)
 
 # The modules that declare codes; all_codes() imports them so the table is complete.
 DECLARING_MODULES = (
@@ -40,17 +55,63 @@ DECLARING_MODULES = (
 )
 
 
+def normalize_lang(lang: str | None) -> str:
+    """'zh', 'zh-CN', 'zh_CN.UTF-8' → 'zh'; anything unknown (or None) → 'en'."""
+    base = re.split(r"[-_.]", (lang or "").strip().lower(), maxsplit=1)[0]
+    return base if base in LANGS else DEFAULT_LANG
+
+
+def runtime_lang() -> str:
+    """The language the runtime words its refusals in (SLIME_LANG; read at each refusal)."""
+    return normalize_lang(os.environ.get(LANG_ENV))
+
+
+@cache
+def catalogue(lang: str) -> dict[str, str]:
+    """The marked templates of one language, by code (read once; "_comment" keys are notes)."""
+    path = CATALOGUE_DIR / f"refusals.{normalize_lang(lang)}.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {k: v for k, v in data.items() if not k.startswith("_")}
+
+
+def plain(template: str) -> str:
+    """A marked template as console text: the `code` marks dropped (the catalogue's templates carry
+    no backtick of their own, so the marks are all there is to drop)."""
+    return template.replace("`", "")
+
+
+def template(code: str, lang: str = DEFAULT_LANG) -> str:
+    """The marked template of `code` in `lang`, English where `lang` lacks it."""
+    return catalogue(normalize_lang(lang)).get(code) or catalogue(DEFAULT_LANG)[code]
+
+
+def wording(code: str, params: dict[str, Any], lang: str) -> str:
+    """The console text of `code` in `lang`; a parameter that is itself a refusal is worded in `lang` too."""
+    values = {k: v.text(lang) if isinstance(v, Refusal) else v for k, v in params.items()}
+    return plain(template(code, lang)).format(**values)
+
+
 class Refusal(str):
-    """English text of one refusal, with its ``code`` and ``params`` (JSON-friendly values)."""
+    """The text of one refusal in the runtime's language, with its ``code`` and ``params``
+    (JSON-friendly values)."""
 
     code: str
     params: dict[str, Any]
 
     def __new__(cls, code: str, params: dict[str, Any] | None = None) -> Refusal:
         params = dict(params or {})
-        obj = super().__new__(cls, CODES[code].format(**params))
+        if code not in CODES:
+            raise KeyError(code)
+        obj = super().__new__(cls, wording(code, params, runtime_lang()))
         obj.code, obj.params = code, params
         return obj
+
+    def text(self, lang: str) -> str:
+        """The same refusal worded in `lang` (console text, without marks); as it was made when no
+        catalogue words its code (one made by a newer runtime)."""
+        if self.code not in catalogue(DEFAULT_LANG):
+            return str(self)
+        return wording(self.code, self.params, lang)
 
     def __reduce__(self):  # pickles (Ray) as code + params, not as a plain str
         return (Refusal, (self.code, self.params))
@@ -59,32 +120,42 @@ class Refusal(str):
 class Templates:
     """The codes of one namespace: ``t("key", **params)`` is the Refusal ``namespace.key``."""
 
-    def __init__(self, namespace: str, templates: dict[str, str]) -> None:
+    def __init__(self, namespace: str, params: dict[str, tuple[str, ...]]) -> None:
         self.namespace = namespace
-        for key, template in templates.items():
+        for key, names in params.items():
             code = f"{namespace}.{key}"
-            if CODES.get(code, template) != template:
-                raise ValueError(f"refusal code {code} declared twice with different texts")
-            CODES[code] = template
+            if isinstance(names, str):  # an English template where the names belong (an old-style declaration)
+                raise TypeError(f"refusal code {code}: declare its parameter names, e.g. ('flag', 'value'); "
+                                "its wording goes in slime/locales/refusals.<lang>.json")
+            if CODES.get(code, tuple(names)) != tuple(names):
+                raise ValueError(f"refusal code {code} declared twice with different parameters")
+            CODES[code] = tuple(names)
 
     def __call__(self, key: str, /, **params: Any) -> Refusal:
         return Refusal(f"{self.namespace}.{key}", params)
 
 
-def declare(namespace: str, templates: dict[str, str]) -> Templates:
-    return Templates(namespace, templates)
+def declare(namespace: str, params: dict[str, tuple[str, ...]]) -> Templates:
+    """Declare the codes ``namespace.<key>``, each with the names of its parameters (its wording is
+    in the catalogues)."""
+    return Templates(namespace, params)
 
 
-def all_codes() -> dict[str, str]:
-    """Every code the runtime can emit, with its English template."""
+def all_codes() -> dict[str, tuple[str, ...]]:
+    """Every code the runtime can emit, with its parameter names."""
     for name in DECLARING_MODULES:
         importlib.import_module(name)
     return dict(CODES)
 
 
+def english(message: str) -> str:
+    """A message's English text, whatever SLIME_LANG says (a plain str is returned as it is)."""
+    return message.text(DEFAULT_LANG) if isinstance(message, Refusal) else str(message)
+
+
 def message_of(exc: BaseException) -> str:
     """An exception's message, keeping the Refusal (code and params) it was raised with; ``str(exc)``
-    would turn it into plain English."""
+    would turn it into plain text."""
     if len(exc.args) == 1 and isinstance(exc.args[0], Refusal):
         return exc.args[0]
     return str(exc)

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from slime.refusals import declare
 
-_R = declare("backends", {"unknown": "--train-backend {name!r}: unknown; known: {known}"})
+_R = declare("backends", {"unknown": ("name", "known")})
 
 
 @dataclass(frozen=True)

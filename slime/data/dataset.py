@@ -15,16 +15,15 @@ from typing import Any
 from slime.refusals import declare
 
 _R = declare("data", {
-    "not_found": "{flag}: file not found: {path}",
-    "format": "{flag}: {path} is neither .jsonl nor .parquet",
-    "bad_json": "{path}:{line}: malformed JSON line ({error} at column {column})",
-    "not_object": "{path}:{line}: expected a JSON object, got {type}",
-    "empty": "{flag}: {path} holds no records",
-    "missing_key": "{path}: record {line} has no key {key!r} ({flag} {key}); keys present: {keys}",
-    "messages_template": "a message-list prompt needs --apply-chat-template",
-    "tools_template": "a record with tools (--tool-key) needs --apply-chat-template: only the chat template knows "
-                      "how to show tools to the model",
-    "none_fits": "{flag}: no prompt of {path} fits --rollout-max-prompt-len {max_len}",
+    "not_found": ("flag", "path"),
+    "format": ("flag", "path"),
+    "bad_json": ("path", "line", "error", "column"),
+    "not_object": ("path", "line", "type"),
+    "empty": ("flag", "path"),
+    "missing_key": ("path", "line", "key", "flag", "keys"),
+    "messages_template": (),
+    "tools_template": (),
+    "none_fits": ("flag", "path", "max_len"),
 })
 
 

@@ -21,9 +21,8 @@ from slime.config import ClusterConfig
 from slime.refusals import declare
 
 _R = declare("placement", {
-    "pools_do_not_fit": "the pools do not fit the Ray cluster ({detail}); lower --actor-num-gpus-per-node, "
-                        "--rollout-num-gpus or --cpus-per-bundle",
-    "not_ready": "placement group {name} ({bundles}) not ready after {seconds} s: resources are held by other jobs?",
+    "pools_do_not_fit": ("detail",),
+    "not_ready": ("name", "bundles", "seconds"),
 })
 
 COLOCATED_SHARE = 0.5  # each side's share of a bundle when colocated

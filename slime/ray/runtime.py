@@ -16,11 +16,9 @@ from slime.refusals import declare, message_of
 from slime.timeline import PhaseClock, pop_phases
 
 _R = declare("preflight", {
-    "ref_load_unconverted": "--ref-load {path}: no {marker}; convert the HF checkpoint first "
-                            "(tools/convert_hf_to_torch_dist_megatron.py)",
-    "critic_load": "{error}; pass --critic-load DIR (a critic saved at that iteration)",
-    "no_gpu": "--train-backend {backend} runs on GPUs and this Ray cluster has none (ray.cluster_resources() lists "
-              "no GPU); start Ray on GPU nodes, or use --train-backend embedded",
+    "ref_load_unconverted": ("path", "marker"),
+    "critic_load": ("error",),
+    "no_gpu": ("backend",),
 })
 
 

@@ -98,9 +98,8 @@ def reward_type_names() -> list[str]:
 
 
 _R = declare("rewards", {
-    "unknown_type": "unknown --rm-type {name!r}; built-in reward types: {known}, each also as boxed_<name> "
-                    "(or give a custom reward function with --custom-rm-path)",
-    "needs_url": "--rm-type {name} needs --rm-url",
+    "unknown_type": ("name", "known"),
+    "needs_url": ("name",),
 })
 
 

@@ -41,17 +41,16 @@ from typing import Any, Callable, Sequence
 from slime.refusals import declare
 
 _R = declare("hooks", {
-    "file_missing": "[{kind} hook] {path!r}: file {file} does not exist",
-    "not_python": "[{kind} hook] {path!r}: {file} is not a Python file",
-    "import_failed": "[{kind} hook] {path!r}: importing {target} failed: {error}",
-    "module_missing": "[{kind} hook] {path!r}: module {module!r} not found ({error}). Is its folder on PYTHONPATH "
-                      "(for Ray jobs: the runtime env's working_dir/py_modules)?",
-    "package_missing": "[{kind} hook] {path!r}: module {module!r} exists but needs a missing package: {error}",
-    "not_a_path": "[{kind} hook] {path!r} is not a hook path: use 'pkg.module.func' or 'path/to/file.py:func'",
-    "no_attribute": "[{kind} hook] {path!r}: {module} has no attribute {attr!r}; callables there: {public}",
-    "not_callable": "[{kind} hook] {path!r}: {attr!r} is a {type}, not a function",
-    "signature": "[{kind} hook] {path!r}: signature {attr}{signature} does not fit; expected {forms} -> {returns}",
-    "not_async": "[{kind} hook] {path!r}: {attr} must be 'async def' (the caller awaits it)",
+    "file_missing": ("kind", "path", "file"),
+    "not_python": ("kind", "path", "file"),
+    "import_failed": ("kind", "path", "target", "error"),
+    "module_missing": ("kind", "path", "module", "error"),
+    "package_missing": ("kind", "path", "module", "error"),
+    "not_a_path": ("kind", "path"),
+    "no_attribute": ("kind", "path", "module", "attr", "public"),
+    "not_callable": ("kind", "path", "attr", "type"),
+    "signature": ("kind", "path", "attr", "signature", "forms", "returns"),
+    "not_async": ("kind", "path", "attr"),
 })
 
 

@@ -16,7 +16,7 @@ import httpx
 
 from slime.refusals import declare
 
-_R = declare("engine", {"not_healthy": "engine {url} not healthy after {seconds} s"})
+_R = declare("engine", {"not_healthy": ("url", "seconds")})
 
 
 class EngineRequestError(RuntimeError):

@@ -31,18 +31,15 @@ INDEX = "index.json"
 SEGMENTS = "segments"
 
 _R = declare("queue", {
-    "index_unreadable": "--rollout-queue-dir {root}: {index} is unreadable; not a straw queue",
-    "other_run": "--rollout-queue-dir {root} holds the queue of run {owner!r}, not --rollout-queue-run-id {run_id!r}: "
-                 "a new experiment takes a fresh run id and a fresh directory; to resume run {owner!r}, pass its id",
-    "no_index": "--rollout-queue-dir {root} holds queue segments but no {index}: not a queue this build wrote "
-                "(or its index was deleted); refusing to guess which records are pending",
-    "in_use": "--rollout-queue-dir {root} is in use by another process (one producer per queue)",
-    "format": "{path}: format {found!r}, expected {expected}",
-    "segment_short": "{path}: {size} bytes on disk but the index committed {committed}: committed records were lost "
-                     "outside the queue (disk or manual edit)",
-    "corrupt_at": "{path}: corrupt committed record at byte {offset}",
-    "corrupt_record": "{path}: record {seq} is corrupt",
-    "unknown_ack": "ack of unknown record {seq}",
+    "index_unreadable": ("root", "index"),
+    "other_run": ("root", "owner", "run_id"),
+    "no_index": ("root", "index"),
+    "in_use": ("root",),
+    "format": ("path", "found", "expected"),
+    "segment_short": ("path", "size", "committed"),
+    "corrupt_at": ("path", "offset"),
+    "corrupt_record": ("path", "seq"),
+    "unknown_ack": ("seq",),
 })
 
 

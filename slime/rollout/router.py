@@ -42,9 +42,9 @@ from slime.refusals import declare
 from slime.rollout.http_thread import ThreadedServer
 
 _R = declare("router", {
-    "exited": "sglang-router exited with {code}: {command}",
-    "exited_log": "sglang-router exited with {code}: {command} (log: {log})",
-    "no_answer": "sglang-router did not answer on {url} within {seconds} s",
+    "exited": ("code", "command"),
+    "exited_log": ("code", "command", "log"),
+    "no_answer": ("url", "seconds"),
 })
 
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from slime.refusals import all_codes, code_of
+from slime.refusals import code_of, plain, template
 
 PENDING_CODES = (
     "megatron.context_parallel",  # CP > 1 needs Transformer Engine's ring attention (slime/backends/megatron/capabilities.py)
@@ -28,7 +28,6 @@ def without_pending(findings):
 
 
 def pending_texts() -> tuple[str, ...]:
-    """The longest literal piece of each pending code's English template: for output that carries
-    text only (experiment.sh check prints the runtime's English)."""
-    codes = all_codes()
-    return tuple(max(re.split(r"\{[^}]*\}", codes[c]), key=len) for c in PENDING_CODES)
+    """The longest literal piece of each pending code's English wording (slime/locales): for output
+    that carries text only (experiment.sh check prints the runtime's English)."""
+    return tuple(max(re.split(r"\{[^}]*\}", plain(template(c, "en"))), key=len) for c in PENDING_CODES)

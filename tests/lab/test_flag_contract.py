@@ -176,7 +176,8 @@ def test_a_flag_a_control_owns_is_refused_and_points_at_the_control():
 def test_an_unknown_extra_flag_names_the_closest_real_flag():
     exp, _ = apply_change(new_experiment("tiny-cpu"), EXTRA_FLAGS_PATH, "--eps-clipp 0.3")
     hits = [f for f in validate(exp) if f.id == "RUNTIME" and EXTRA_FLAGS_PATH in f.fields]
-    assert hits and "did you mean --eps-clip" in hits[0].params["reason"]
+    assert hits and hits[0].params["code"] == "usage.unknown_flag_hint"
+    assert hits[0].params["text"]["params"]["close"] == "--eps-clip"
     # the rest of the verdict is still shown while the user types
     assert new_experiment("tiny-cpu").model_dump()["task"] == exp.model_dump()["task"]
 

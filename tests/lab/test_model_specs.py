@@ -16,6 +16,7 @@ from lab.model_spec import (
 )
 from lab.recipes import all_recipes
 from slime.model_spec import expand_layer_pattern
+from tests.refusal_codes import raised
 
 # (file, layers, hidden, heads, kv groups, ffn, experts, topk, moe ffn, dense layers, vocab) from models.md
 MODELS_MD = [
@@ -114,13 +115,15 @@ def test_parser_reads_quotes_comments_and_switches_without_bash():
 
 
 def test_parser_rejects_a_file_without_model_args():
-    with pytest.raises(ModelSpecError, match="MODEL_ARGS"):
+    with pytest.raises(ModelSpecError) as e:
         spec_from_text("FOO=(--num-layers 2)\n")
+    assert raised(e.value, "model_spec.no_array")
 
 
 def test_moe_layer_freq_must_cover_every_layer():
-    with pytest.raises(ModelSpecError, match="describes 3 layers"):
+    with pytest.raises(ModelSpecError) as e:
         expand_layer_pattern("[0]*1+[1]*2", 4, "--moe-layer-freq")
+    assert raised(e.value, "model_spec.pattern_layers", flag="--moe-layer-freq", count=3, layers=4)
     assert expand_layer_pattern(2, 4, "--moe-layer-freq") == (1, 0, 1, 0)
 
 

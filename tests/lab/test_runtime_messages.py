@@ -1,45 +1,89 @@
-"""The runtime's refusals read in the page's language: each carries a stable code and parameters
-(slime/refusals.py), and the lab words each code in lab/locales (wording only, never the rule)."""
+"""The runtime's refusals live once: each is a stable code with parameter names (slime/refusals.py),
+worded once per language in slime/locales/refusals.<lang>.json, which the runtime prints (in
+SLIME_LANG) and the lab shows (in the page's language): the same text, never a copy."""
 from __future__ import annotations
 
 import collections
+import json
 import pickle
 import re
 
 import pytest
 
-from lab.messages import LANGS, catalogue, localize_finding, placeholders
+from lab.messages import LANGS, LOCALE_DIR, catalogue, localize_finding, localize_text, placeholders
 from lab.rules import apply_change, new_experiment, validate
 from lab.runtime_verdict import RUNTIME_KEY, runtime_finding
 from slime.dry_run import dry_run
-from slime.refusals import Refusal, all_codes
+from slime.refusals import CATALOGUE_DIR, LANG_ENV, Refusal, all_codes
+from slime.refusals import catalogue as runtime_catalogue
+from tests.refusal_codes import codes
 
 CODES = all_codes()
 SPAN = re.compile(r"`([^`]*)`")
+
+
+def _sample(code: str) -> Refusal:
+    """A refusal of `code` with a distinct value for each declared parameter."""
+    return Refusal(code, {name: f"<{name}>" for name in CODES[code]})
 
 
 def test_the_runtime_declares_its_codes_and_they_are_many():
     assert len(CODES) > 100 and "args.tis_icepop" in CODES and "megatron.context_parallel" in CODES
 
 
-@pytest.mark.parametrize("code", sorted(CODES))
-def test_every_runtime_code_is_worded_in_every_language(code):
-    key = RUNTIME_KEY.format(code=code)
-    en = catalogue("en")[key]
-    # English: the runtime's own template, with flags, values and paths marked as code
-    assert en.replace("`", "") == CODES[code]
+def test_every_declared_code_is_worded_in_every_language_with_its_declared_parameters():
     for lang in LANGS:
-        text = catalogue(lang)[key]
-        assert set(placeholders(text)) == set(placeholders(en)), lang
-        # flags, values and paths stay literal (the same code spans) in every language
-        assert collections.Counter(SPAN.findall(text)) == collections.Counter(SPAN.findall(en)), lang
-        assert text.count("`") % 2 == 0, lang
+        words = runtime_catalogue(lang)
+        missing = sorted(set(CODES) - set(words))
+        assert not missing, (lang, missing)
+        wrong = {c: (placeholders(words[c]), CODES[c]) for c in CODES if set(placeholders(words[c])) != set(CODES[c])}
+        assert not wrong, (lang, wrong)
+    for code in CODES:
+        en = runtime_catalogue("en")[code]
+        for lang in LANGS:
+            text = runtime_catalogue(lang)[code]
+            # flags, values and paths stay literal (the same code spans) in every language
+            assert collections.Counter(SPAN.findall(text)) == collections.Counter(SPAN.findall(en)), (lang, code)
+            assert text.count("`") % 2 == 0, (lang, code)
 
 
-def test_the_catalogue_words_no_code_the_runtime_does_not_emit():
+def test_no_catalogue_entry_without_a_declared_code():
     for lang in LANGS:
+        data = json.loads((CATALOGUE_DIR / f"refusals.{lang}.json").read_text(encoding="utf-8"))
+        stale = {k for k in data if not k.startswith("_")} - set(CODES)
+        assert not stale, (lang, stale)
         stale = {k for k in catalogue(lang) if k.startswith("runtime.")} - {RUNTIME_KEY.format(code=c) for c in CODES}
         assert not stale, (lang, stale)
+
+
+def test_the_lab_keeps_no_copy_of_the_runtime_wording():
+    for lang in LANGS:
+        own = json.loads((LOCALE_DIR / f"messages.{lang}.json").read_text(encoding="utf-8"))
+        assert not [k for k in own if k.startswith("runtime.")], lang
+
+
+def test_the_lab_shows_the_text_the_runtime_prints_in_each_language():
+    for code in CODES:
+        refusal = _sample(code)
+        text = runtime_finding("error", ["model.recipe"], refusal).params["text"]
+        assert isinstance(text, dict), code
+        for lang in LANGS:
+            shown = localize_text(text["key"], text["params"], lang)
+            assert shown.replace("`", "") == refusal.text(lang), (code, lang)
+
+
+def test_slime_lang_picks_the_runtime_catalogue(monkeypatch):
+    r = Refusal("args.min_lr", {"min_lr": 2.0, "lr": 1.0})
+    monkeypatch.setenv(LANG_ENV, "zh_CN.UTF-8")
+    zh = Refusal("args.min_lr", {"min_lr": 2.0, "lr": 1.0})
+    assert zh == r.text("zh") and zh != r and zh.text("en") == r
+    assert "--min-lr 2.0" in zh and "`" not in zh  # console text: the flags as they are, unmarked
+    # the lab words it by code, in the page's language, whatever the runtime's language
+    f = runtime_finding("error", ["model.recipe"], zh)
+    assert f.params["reason"] == r
+    assert localize_finding(f, "en").message.endswith(runtime_catalogue("en")["args.min_lr"].format(min_lr=2.0, lr=1.0))
+    monkeypatch.setenv(LANG_ENV, "fr")  # a language without a catalogue: English
+    assert Refusal("args.min_lr", {"min_lr": 2.0, "lr": 1.0}) == r
 
 
 def test_a_refusal_keeps_its_code_through_pickling_and_prints_its_english():
@@ -51,7 +95,7 @@ def test_a_refusal_keeps_its_code_through_pickling_and_prints_its_english():
 
 def test_parser_refusals_have_codes_too():
     errors = dry_run(["--use-scx", "1", "--kl-los-type"]).errors
-    assert [getattr(e, "code", None) for e in errors] == ["usage.unknown_flag_hint", "usage.unknown_flag_hint"]
+    assert codes(errors) == ["usage.unknown_flag_hint", "usage.unknown_flag_hint"]
     assert errors[0].params == {"flag": "--use-scx", "close": "--use-sc"}
     (choice,) = dry_run(["--kl-loss-type", "k9"]).errors
     assert choice.code == "usage.invalid_choice" and choice.params["flag"] == "--kl-loss-type"
@@ -95,3 +139,10 @@ def test_the_code_registry_imports_neither_torch_nor_ray():
              "print(sorted(m for m in ('torch', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_declaration_takes_parameter_names_not_a_template():
+    from slime.refusals import declare
+
+    with pytest.raises(TypeError, match="slime/locales"):
+        declare("test_only", {"old_style": "{flag} is refused"})

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from slime.data.dataset import DataError, DataPosition, PromptSource, check_data, load_prompts, read_records
+from tests.refusal_codes import raised
 
 
 def _jsonl(path, rows):
@@ -17,19 +18,23 @@ def _jsonl(path, rows):
 def test_malformed_jsonl_line_is_named_by_file_and_line(tmp_path):
     p = tmp_path / "d.jsonl"
     p.write_text('{"prompt": "1", "label": "1"}\n{"prompt": "2", "label": \n')
-    with pytest.raises(DataError, match=r"d\.jsonl:2: malformed JSON line"):
+    with pytest.raises(DataError) as e:
         read_records(p)
+    assert raised(e.value, "data.bad_json", path=str(p), line=2)
 
 
 def test_missing_key_names_the_key_the_line_and_the_keys_present(tmp_path):
     p = _jsonl(tmp_path / "d.jsonl", [{"prompt": "1", "label": "1"}, {"question": "2", "label": "2"}])
-    with pytest.raises(DataError, match=r"record 2 has no key 'prompt' \(--input-key prompt\); keys present: \['label', 'question'\]"):
+    with pytest.raises(DataError) as e:
         check_data(p, "prompt", "label", "--prompt-data")
+    assert raised(e.value, "data.missing_key", line=2, key="prompt", flag="--input-key")
+    assert "'label', 'question'" in str(e.value.args[0].params["keys"])
 
 
 def test_missing_file_names_the_flag_and_the_path(tmp_path):
-    with pytest.raises(DataError, match=r"--prompt-data: file not found: .*nope\.jsonl"):
+    with pytest.raises(DataError) as e:
         read_records(tmp_path / "nope.jsonl", "--prompt-data")
+    assert raised(e.value, "data.not_found", flag="--prompt-data", path=str(tmp_path / "nope.jsonl"))
 
 
 def test_parquet_reads_like_jsonl(tmp_path):

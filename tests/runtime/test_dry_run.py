@@ -10,6 +10,7 @@ import pytest
 
 from slime.config import ClusterConfig
 from slime.ray.placement import format_plan, placement_plan
+from tests.refusal_codes import has
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,7 +87,7 @@ def test_dry_run_judges_unwritten_server_groups_with_the_sglang_translation():
     ok = dry_run(argv, environment=False, groups=pd)
     assert ok.errors == [] and [s.role for s in ok.plan if s.role in ("prefill", "decode")] == ["prefill", "decode"]
     short = dry_run(argv, environment=False, groups=pd[:1] + [{**pd[1], "num_gpus": 4}])
-    assert any("server groups hold 6 GPUs but --rollout-num-gpus is 4" in e for e in short.errors)
+    assert has(short.errors, "sglang.groups_total", total=6, gpus=4)
 
 
 def test_the_parallel_layout_printed_by_check_is_the_one_megatron_core_forms():

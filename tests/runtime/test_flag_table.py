@@ -13,10 +13,13 @@ import json
 import typing
 from pathlib import Path
 
+import pytest
+
 import slime.config as config_mod
 from slime.args import DERIVED, build_parser, direct_fills, parse_args
 from slime.config import Config
 from slime.flags import BY_NAME, FLAGS, KL_TYPES, default_of, describe
+from tests.refusal_codes import raised
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = ["--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--num-rollout", "1", "--rm-type", "math"]
@@ -71,18 +74,16 @@ def test_the_parser_is_the_table():
     assert ns == {f.dest: f.default for f in FLAGS}
     for flag in FLAGS:
         if flag.choices is not None:
-            bad = parse_args_error([*BASE, flag.name, "no-such-choice"])
-            assert f"argument {flag.name}: invalid choice" in bad, bad
+            bad = usage_error([*BASE, flag.name, "no-such-choice"])
+            assert raised(bad, "usage.invalid_choice", flag=flag.name), bad
 
 
-def parse_args_error(argv: list[str]) -> str:
+def usage_error(argv: list[str]) -> Exception:
     from slime.args import UsageError
 
-    try:
+    with pytest.raises(UsageError) as e:
         parse_args(argv)
-    except UsageError as exc:
-        return str(exc)
-    return ""
+    return e.value
 
 
 def test_config_defaults_are_the_flag_defaults():

@@ -8,6 +8,7 @@ import pytest
 
 from slime.config import OptimConfig
 from slime.training.lr_schedule import LRSchedule, from_optim
+from tests.refusal_codes import has
 
 
 def test_linear_warmup_then_linear_decay_to_min_lr():
@@ -38,9 +39,9 @@ def test_unknown_decay_style_and_double_warmup_are_refused():
     from slime.args import parse_args, validate
 
     base = ["--rollout-batch-size", "2", "--n-samples-per-prompt", "2", "--num-rollout", "1", "--rm-type", "math"]
-    errors = " ".join(validate(parse_args([*base, "--lr-decay-style", "WSD", "--lr-warmup-iters", "3",
-                                           "--lr-warmup-fraction", "0.1"])))
-    assert "--lr-decay-style WSD" in errors and "keep one" in errors
+    errors = validate(parse_args([*base, "--lr-decay-style", "WSD", "--lr-warmup-iters", "3",
+                                  "--lr-warmup-fraction", "0.1"]))
+    assert has(errors, "args.lr_decay_style", style="WSD") and has(errors, "args.warmup_both")
 
 
 def test_embedded_trainer_steps_with_the_scheduled_lr_and_resumes_it(tiny):

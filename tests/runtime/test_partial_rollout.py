@@ -14,6 +14,7 @@ from slime.args import UsageError, parse_args, validate, warnings
 from slime.config import DataConfig, EvalConfig, RolloutConfig, SamplingConfig
 from slime.data.sample import Sample, Status
 from slime.data.train_data import build_records
+from tests.refusal_codes import codes, has, raised
 from tests.runtime.conftest import tiny_flags
 
 pytestmark = pytest.mark.timeout(120)
@@ -227,20 +228,23 @@ def _base(tiny, tmp_path, *extra):
 
 
 def test_invalid_combinations_are_refused_with_their_flags(tiny, tmp_path):
-    errs = lambda *f: "\n".join(validate(parse_args(_base(tiny, tmp_path, *f))))  # noqa: E731
-    assert "--over-sampling-batch-size 3 is below --rollout-batch-size 4" in errs("--over-sampling-batch-size", "3")
-    assert "without --partial-rollout does nothing" in errs("--mask-offpolicy-in-partial-rollout")
+    errs = lambda *f: codes(validate(parse_args(_base(tiny, tmp_path, *f))))  # noqa: E731
+    assert has(validate(parse_args(_base(tiny, tmp_path, "--over-sampling-batch-size", "3"))), "args.over_sampling",
+               over=3, rbs=4)
+    assert "args.mask_without_partial" in errs("--mask-offpolicy-in-partial-rollout")
     flags = _base(tiny, tmp_path, "--dynamic-sampling-filter-path", "slime.rollout.filters.nonzero_reward_std")
     flags[flags.index("--n-samples-per-prompt") + 1] = "1"
-    assert "never finishes" in "\n".join(validate(parse_args(flags + ["--disable-rewards-normalization"])))
-    assert "give both --rollout-queue-dir" in errs("--rollout-queue-dir", str(tmp_path / "q"))
-    assert "R3" in errs("--use-rollout-routing-replay") and "--use-routing-replay" in errs("--use-routing-replay")
-    w = warnings(parse_args(_base(tiny, tmp_path, "--partial-rollout")))
-    assert any("nothing is recycled" in x for x in w) and any("neither --mask" in x for x in w)
+    assert has(validate(parse_args(flags + ["--disable-rewards-normalization"])), "args.filter_one_sample")
+    assert "args.queue_pair" in errs("--rollout-queue-dir", str(tmp_path / "q"))
+    assert "embedded.trainer_r3" in errs("--use-rollout-routing-replay")
+    assert "embedded.trainer_routing_replay" in errs("--use-routing-replay")
+    w = codes(warnings(parse_args(_base(tiny, tmp_path, "--partial-rollout"))))
+    assert "args.warn_partial_no_over" in w and "args.warn_partial_no_mask" in w
     assert not warnings(parse_args(_base(tiny, tmp_path, "--partial-rollout", "--over-sampling-batch-size", "8",
                                          "--use-tis")))
-    with pytest.raises(UsageError, match="unknown flag --partial-rollouts"):
+    with pytest.raises(UsageError) as e:
         parse_args(_base(tiny, tmp_path, "--partial-rollouts"))
+    assert raised(e.value, "usage.unknown_flag_hint", flag="--partial-rollouts")
 
 
 def test_lab_rendered_moe_experiment_with_partial_rollout_r3_and_queue_parses(tmp_path):
@@ -289,6 +293,7 @@ def test_async_run_with_over_sampling_partial_rollout_and_straw_queue(tiny, ray_
     queue.close()
     state = json.loads((tmp_path / "ckpt" / "iter_0000002" / "state.json").read_text())
     assert "partial_buffer" in state and state["data_position"]["offset"] > 0
-    with pytest.raises(PreflightError, match="a new experiment takes a fresh run id"):
+    with pytest.raises(PreflightError) as e:
         importlib.import_module("train").main([*flags[:-6], "--rollout-queue-dir", str(q),
                                                "--rollout-queue-run-id", "exp-2"])
+    assert raised(e.value, "queue.other_run", owner="exp-1", run_id="exp-2")

@@ -18,6 +18,7 @@ pytest.importorskip("mooncake.engine", exc_type=ImportError)
 
 from slime.rollout.client import RouterAdmin  # noqa: E402
 from slime.rollout.router import SGLangRouterProcess, sglang_router_argv  # noqa: E402
+from tests.refusal_codes import has  # noqa: E402
 from tests.runtime.conftest import tiny_flags  # noqa: E402
 
 PD_YAML = """sglang:
@@ -198,15 +199,15 @@ def test_embedded_pd_flags_are_checked_before_start(tiny, tmp_path):
 
     assert check("pd.yaml") == []
     errors = check("pd.yaml", router=False)
-    assert any("--use-sglang-router" in e and "prefill/decode" in e for e in errors), errors
+    assert has(errors, "embedded.engine_pd_router"), errors
     errors = check("pd.yaml", "--sglang-disaggregation-transfer-backend", "nixl")
-    assert any("disaggregation_transfer_backend nixl" in e for e in errors), errors
+    assert has(errors, "embedded.engine_pd_backend", backend="nixl"), errors
     errors = check("regular.yaml")
-    assert any("regular server groups need --rollout-backend sglang" in e for e in errors), errors
+    assert has(errors, "embedded.engine_groups"), errors
     (tmp_path / "wide.yaml").write_text(PD_YAML.replace("{worker_type: prefill, num_gpus: 1}",
                                                         "{worker_type: prefill, num_gpus: 2, num_gpus_per_engine: 2}"))
     errors = check("wide.yaml")
-    assert any("prefill group has num_gpus_per_engine 2" in e for e in errors), errors
+    assert has(errors, "embedded.engine_group_size", worker_type="prefill", size=2), errors
     import json
     import shutil
 
@@ -215,7 +216,7 @@ def test_embedded_pd_flags_are_checked_before_start(tiny, tmp_path):
     cfg = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**cfg, "model_type": "gpt2"}))
     errors = check("pd.yaml", "--hf-checkpoint", str(other))
-    assert any("model_type gpt2" in e and "without PD" in e for e in errors), errors
+    assert has(errors, "embedded.engine_pd_model", model_type="gpt2"), errors
 
 
 # -- Ray: the runtime launches the PD pair and the router -------------------------------------------

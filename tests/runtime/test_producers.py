@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.refusal_codes import codes, has
 from tests.runtime.conftest import tiny_flags
 
 HOOK = "tests.runtime.fixtures_hooks.producer_hooks.slow_generate"
@@ -52,11 +53,11 @@ def test_straw_with_fully_async_runs_one_producer_per_engine_group_by_default(tm
 def test_a_producer_count_that_makes_no_sense_is_refused_with_the_fix(tmp_path):
     straw = ("--rollout-queue-dir", str(tmp_path / "q"), "--rollout-queue-run-id", "run-1")
     assert _errors(_cfg(*straw, "--num-rollout-producers", "2")) == []
-    assert "run train_async.py" in _errors(_cfg(*straw, "--num-rollout-producers", "2", async_mode=False))[0]
-    assert "add --rollout-queue-dir" in _errors(_cfg("--num-rollout-producers", "2"))[0]
-    assert "at most one producer per engine group" in _errors(_cfg(*straw, "--num-rollout-producers", "3"))[0]
-    assert "at least 1" in _errors(_cfg(*straw, "--num-rollout-producers", "0"))[0]
-    assert "--partial-rollout" in _errors(_cfg(*straw, "--num-rollout-producers", "2", "--partial-rollout"))[0]
+    assert codes(_errors(_cfg(*straw, "--num-rollout-producers", "2", async_mode=False)))[:1] == ["args.producers_sync"]
+    assert codes(_errors(_cfg("--num-rollout-producers", "2")))[:1] == ["args.producers_queue"]
+    assert has(_errors(_cfg(*straw, "--num-rollout-producers", "3"))[:1], "args.producers_engines", n=3, engines=2)
+    assert codes(_errors(_cfg(*straw, "--num-rollout-producers", "0")))[:1] == ["args.producers_min"]
+    assert codes(_errors(_cfg(*straw, "--num-rollout-producers", "2", "--partial-rollout")))[:1] == ["args.producers_dynamic"]
 
 
 def test_the_placement_plan_lists_each_producer_beside_its_engine_group(tmp_path):
@@ -249,7 +250,7 @@ def test_the_lab_exports_the_producer_count_and_shows_the_runtimes_verdict_and_p
     argv = runtime_argv(exp)
     assert argv[argv.index("--num-rollout-producers") + 1] == str(len(engines) + 1)
     refused = [f for f in runtime_findings(exp) if f.id == "RUNTIME" and "rollout.producers" in f.fields]
-    assert refused and refused[0].level == "error" and "at most one producer per engine group" in refused[0].message
+    assert refused and refused[0].level == "error" and refused[0].params["code"] == "args.producers_engines"
 
 
 # -- placement on GPU bundles: a separate Ray instance that declares logical GPUs -------------------

@@ -18,6 +18,7 @@ from slime.rewards.hooks import (
     load_function,
     reward_to_float,
 )
+from tests.refusal_codes import raised
 
 HERE = Path(__file__).resolve().parent
 FIXTURE_FILE = HERE / "fixtures_hooks" / "good_hooks.py"
@@ -83,44 +84,55 @@ def test_async_hook_works_inside_a_running_loop_awaited_or_called() -> None:
 
 
 def test_missing_module_names_kind_and_path() -> None:
-    with pytest.raises(HookLoadError, match=r"\[reward hook\] 'no_such_pkg.mod.fn': module 'no_such_pkg.mod' not found"):
+    with pytest.raises(HookLoadError) as e:
         load_function("no_such_pkg.mod.fn", kind="reward")
+    assert raised(e.value, "hooks.module_missing", kind="reward", path="no_such_pkg.mod.fn", module="no_such_pkg.mod")
 
 
 def test_module_with_missing_dependency_is_reported_as_such() -> None:
-    with pytest.raises(HookLoadError, match="exists but needs a missing package.*slime_package_that_does_not_exist"):
+    with pytest.raises(HookLoadError) as e:
         load_function("fixtures_hooks.broken_import.reward", kind="reward")
+    assert raised(e.value, "hooks.package_missing", kind="reward")
+    assert "slime_package_that_does_not_exist" in e.value.args[0].params["error"]
 
 
 def test_missing_file_names_kind_and_path() -> None:
-    with pytest.raises(HookLoadError, match=r"\[generate hook\] 'nowhere/hook.py:gen': file .* does not exist"):
+    with pytest.raises(HookLoadError) as e:
         load_function("nowhere/hook.py:gen", kind="generate")
+    assert raised(e.value, "hooks.file_missing", kind="generate", path="nowhere/hook.py:gen")
 
 
 def test_missing_attribute_lists_callables() -> None:
-    with pytest.raises(HookLoadError, match=r"\[reward hook\] .*has no attribute 'nope'.*sync_reward"):
+    with pytest.raises(HookLoadError) as e:
         load_function(f"{DOTTED}.nope", kind="reward")
+    assert raised(e.value, "hooks.no_attribute", kind="reward", attr="nope")
+    assert "sync_reward" in e.value.args[0].params["public"]
 
 
 def test_not_callable_attribute_is_rejected() -> None:
-    with pytest.raises(HookLoadError, match=r"\[reward hook\] .*'NOT_A_FUNCTION' is a int, not a function"):
+    with pytest.raises(HookLoadError) as e:
         load_function(f"{DOTTED}.NOT_A_FUNCTION", kind="reward")
+    assert raised(e.value, "hooks.not_callable", kind="reward", attr="NOT_A_FUNCTION", type="int")
 
 
 def test_wrong_signature_is_rejected_before_the_run() -> None:
-    with pytest.raises(HookLoadError, match=r"\[reward hook\] .*too_many_params.*does not fit; expected \(sample\)"):
+    with pytest.raises(HookLoadError) as e:
         load_function(f"{DOTTED}.too_many_params", kind="reward")
+    assert raised(e.value, "hooks.signature", kind="reward", attr="too_many_params")
+    assert e.value.args[0].params["forms"].startswith("(sample)")
 
 
 def test_generate_hook_must_be_async() -> None:
     assert load_function(f"{DOTTED}.async_generate", kind="generate")
-    with pytest.raises(HookLoadError, match=r"\[generate hook\] .*sync_generate must be 'async def'"):
+    with pytest.raises(HookLoadError) as e:
         load_function(f"{DOTTED}.sync_generate", kind="generate")
+    assert raised(e.value, "hooks.not_async", kind="generate", attr="sync_generate")
 
 
 def test_malformed_path_and_unknown_kind_are_rejected() -> None:
-    with pytest.raises(HookLoadError, match=r"\[reward hook\] 'justaname' is not a hook path"):
+    with pytest.raises(HookLoadError) as e:
         load_function("justaname", kind="reward")
+    assert raised(e.value, "hooks.not_a_path", kind="reward", path="justaname")
     with pytest.raises(ValueError, match="unknown hook kind 'rewards'.*group_reward"):
         load_function(f"{DOTTED}.sync_reward", kind="rewards")
 

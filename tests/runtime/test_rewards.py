@@ -8,6 +8,7 @@ import pytest
 
 from slime.rewards import REWARD_TYPES, RewardResult, get_reward_fn, summarize_reward_results, think_block_warning
 from slime.rewards.answer import extract_answer, last_boxed, normalize_answer
+from tests.refusal_codes import raised
 
 # (response, label, expected score) for --rm-type math.
 MATH_CASES = [
@@ -146,8 +147,10 @@ def test_random_reward_is_seeded_and_marked_test_only() -> None:
 
 
 def test_unknown_reward_type_lists_builtins() -> None:
-    with pytest.raises(ValueError, match="unknown --rm-type .mathh.*boxed_math, dapo, deepscaler, f1, gpqa, math, random, remote_rm"):
+    with pytest.raises(ValueError) as e:
         get_reward_fn("mathh")
+    assert raised(e.value, "rewards.unknown_type", name="mathh")
+    assert "boxed_math, dapo, deepscaler, f1, gpqa, math, random, remote_rm" in e.value.args[0].params["known"]
     assert set(REWARD_TYPES) == {"deepscaler", "math", "boxed_math", "dapo", "f1", "gpqa", "random"}
 
 

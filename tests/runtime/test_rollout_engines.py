@@ -17,6 +17,7 @@ from slime.rollout.client import EngineClient, RouterAdmin
 from slime.rollout.engines.embedded import EngineServer
 from slime.rollout.engines.external import check_engine
 from slime.rollout.router import RouterServer
+from tests.refusal_codes import has
 from tests.runtime.conftest import tiny_flags
 
 PROMPT = [2, 8, 11, 6, 3]
@@ -71,7 +72,7 @@ def test_external_engine_check_names_the_engine_and_the_mismatch(tiny, two_serve
     (other / "config.json").write_text(json.dumps(cfg))
     problems = check_engine(addr, str(other), "tensor")
     assert any(addr in p and "LlamaForCausalLM" in p for p in problems), problems
-    assert any("serves model_path" in p for p in problems) and any("transport tensor" in p for p in problems)
+    assert has(problems, "external.model_path", addr=addr) and has(problems, "external.tensor", addr=addr)
     assert "unreachable" in check_engine("127.0.0.1:1", str(tiny["model"]), "disk")[0]
 
 

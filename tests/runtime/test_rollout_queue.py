@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from slime.rollout.queue import INDEX, SEGMENTS, QueueError, RolloutQueue, _encode, check_run_id
+from tests.refusal_codes import raised
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -72,20 +73,24 @@ def test_committed_bytes_missing_is_refused_not_silently_lost(tmp_path):
     q.close()
     seg = _seg(tmp_path)
     os.truncate(seg, seg.stat().st_size - 5)
-    with pytest.raises(QueueError, match="committed"):
+    with pytest.raises(QueueError) as e:
         RolloutQueue(tmp_path, "run-a")
+    assert raised(e.value, "queue.segment_short")
 
 
 def test_another_run_id_is_refused_and_a_second_producer_too(tmp_path):
     q = RolloutQueue(tmp_path, "run-a")
     q.put({"x": 1})
-    with pytest.raises(QueueError, match="in use by another process"):
+    with pytest.raises(QueueError) as e:
         RolloutQueue(tmp_path, "run-a")
+    assert raised(e.value, "queue.in_use")
     q.close()
-    with pytest.raises(QueueError, match="a new experiment takes a fresh run id"):
+    with pytest.raises(QueueError) as e:
         check_run_id(tmp_path, "run-b")
-    with pytest.raises(QueueError, match="run-a"):
+    assert raised(e.value, "queue.other_run", owner="run-a", run_id="run-b")
+    with pytest.raises(QueueError) as e:
         RolloutQueue(tmp_path, "run-b")
+    assert raised(e.value, "queue.other_run", owner="run-a", run_id="run-b")
 
 
 def test_segments_roll_and_fully_acked_ones_are_deleted(tmp_path):

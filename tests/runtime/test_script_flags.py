@@ -7,6 +7,7 @@ import random
 
 from slime.args import parse_args
 from slime.data.train_data import TrainRecord, balanced_partition, rank_shard
+from tests.refusal_codes import codes, with_code
 
 
 def _records(lengths: list[int]) -> list[TrainRecord]:
@@ -44,11 +45,11 @@ def test_attention_backend_flash_is_read_and_another_backend_is_refused_with_the
     from slime.args import validate
 
     base = ["--train-backend", "megatron", "--num-rollout", "1", "--rollout-batch-size", "2"]
-    assert not [e for e in validate(parse_args(base + ["--attention-backend", "flash"]), environment=False)
-                if "attention-backend" in e]
-    errors = [e for e in validate(parse_args(base + ["--attention-backend", "fused"]), environment=False)
-              if "attention-backend" in e]
-    assert len(errors) == 1 and "torch SDPA" in errors[0]
+    assert "script_flags.attention_backend" not in codes(validate(parse_args(base + ["--attention-backend", "flash"]),
+                                                                  environment=False))
+    errors = with_code(validate(parse_args(base + ["--attention-backend", "fused"]), environment=False),
+                       "script_flags.attention_backend", value="fused")
+    assert len(errors) == 1
 
 
 def test_the_dropout_a_launch_script_sets_reaches_the_transformer_config_and_softmax_stays_fp32():

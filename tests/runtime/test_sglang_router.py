@@ -16,6 +16,7 @@ pytest.importorskip("sglang_router")
 
 from slime.rollout.client import EngineClient, EngineRequestError, RouterAdmin  # noqa: E402
 from slime.rollout.router import SGLangRouterProcess, sglang_router_argv  # noqa: E402
+from tests.refusal_codes import has  # noqa: E402
 from tests.runtime.conftest import tiny_flags  # noqa: E402
 
 PROMPT = [2, 8, 11, 6, 3]
@@ -44,9 +45,9 @@ def test_router_policy_belongs_to_the_chosen_router(tiny, tmp_path):
     assert cfg.cluster.use_sglang_router and cfg.cluster.router_policy == "cache_aware" and not validate(cfg)
     assert parse_args(tiny_flags(tiny, tmp_path)).cluster.router_policy == "least_load"
     errors = validate(parse_args(tiny_flags(tiny, tmp_path, "--router-policy", "cache_aware")))
-    assert any("--router-policy cache_aware" in e and "--use-sglang-router" in e for e in errors), errors
+    assert has(errors, "args.router_slime", policy="cache_aware"), errors
     errors = validate(parse_args(tiny_flags(tiny, tmp_path, "--use-sglang-router", "--router-policy", "least_load")))
-    assert any("--router-policy least_load" in e and "sglang-router" in e for e in errors), errors
+    assert has(errors, "args.router_sglang", policy="least_load"), errors
 
 
 def test_router_command_carries_policy_workers_and_health_settings():

@@ -16,6 +16,7 @@ from slime.rollout.engines.sglang import (
     plan_engines,
     to_argv,
 )
+from tests.refusal_codes import raised
 
 PD_YAML = """\
 sglang:
@@ -135,33 +136,36 @@ def test_pd_from_prefill_num_servers():
     assert _value(_launch(specs[0]), "--disaggregation-transfer-backend") == "mooncake"
 
 
-@pytest.mark.parametrize("flags,yaml,msg", [
-    ({"dp_size": "2"}, None, "needs enable_dp_attention"),
-    ({"dp_size": "3", "enable_dp_attention": True}, None, "does not divide"),
-    ({"enable_dp_lm_head": True}, None, "enable_dp_lm_head needs enable_dp_attention"),
-    ({"speculative_draft_model_pathh": "/x"}, None, "ServerArgs fields known to slime: speculative_draft_model_pathh"),
-    ({"enable_hierarchical_cache": True, "disable_radix_cache": True}, None, "SGL-6"),
+@pytest.mark.parametrize("flags,yaml,code", [
+    ({"dp_size": "2"}, None, "sglang.dp_attention"),
+    ({"dp_size": "3", "enable_dp_attention": True}, None, "sglang.dp_divides"),
+    ({"enable_dp_lm_head": True}, None, "sglang.dp_lm_head"),
+    ({"speculative_draft_model_pathh": "/x"}, None, "sglang.unknown_fields"),
+    ({"enable_hierarchical_cache": True, "disable_radix_cache": True}, None, "sglang.hicache_radix"),
     ({}, "      - worker_type: regular\n        num_gpus: 2\n      - worker_type: prefill\n        num_gpus: 2\n",
-     "mixes regular"),
-    ({}, "      - worker_type: prefil\n        num_gpus: 2\n", "unknown worker_type"),
-    ({}, "      - worker_type: regular\n        num_gpus: 0\n", "num_gpus 0"),
-    ({}, "      - worker_type: regular\n        num_gpus: 3\n        num_gpus_per_engine: 2\n", "placed whole"),
+     "sglang.group_mixed"),
+    ({}, "      - worker_type: prefil\n        num_gpus: 2\n", "sglang.worker_type"),
+    ({}, "      - worker_type: regular\n        num_gpus: 0\n", "sglang.group_gpus"),
+    ({}, "      - worker_type: regular\n        num_gpus: 3\n        num_gpus_per_engine: 2\n", "sglang.group_whole"),
 ])
-def test_invalid_combinations_are_refused_with_the_reason(tmp_path, flags, yaml, msg):
-    with pytest.raises(TranslationError, match=msg):
+def test_invalid_combinations_are_refused_with_the_reason(tmp_path, flags, yaml, code):
+    with pytest.raises(TranslationError) as e:
         if yaml:
             y = tmp_path / "s.yaml"
             y.write_text("sglang:\n  - name: actor\n    server_groups:\n" + yaml)
             plan_engines(load_server_groups(y), flags)
         else:
             plan_engines(default_groups(4, 2, None), flags)
+    assert raised(e.value, code)
 
 
 def test_gpu_totals_must_match_rollout_gpus_and_pd_must_leave_decode():
-    with pytest.raises(TranslationError, match="hold 4 GPUs but --rollout-num-gpus is 8"):
+    with pytest.raises(TranslationError) as e:
         plan_engines(default_groups(4, 2, None), {}, rollout_gpus=8)
-    with pytest.raises(TranslationError, match="leaves no decode GPUs"):
+    assert raised(e.value, "sglang.groups_total", total=4, gpus=8)
+    with pytest.raises(TranslationError) as e:
         default_groups(4, 2, 2)
+    assert raised(e.value, "sglang.prefill_no_decode")
 
 
 def test_lab_rendered_yaml_translates(tmp_path):

@@ -16,42 +16,24 @@ from typing import Any
 from slime.refusals import declare
 
 _R = declare("embedded", {
-    "sglang_missing": "--rollout-backend sglang needs the optional [sglang] install and a GPU; "
-                      "use --rollout-backend embedded on this machine",
-    "engine_r3": "--use-rollout-routing-replay (R3): the embedded engine returns no routed experts "
-                 "(return_routed_experts); use --rollout-backend sglang with --sglang-enable-return-routed-experts",
-    "engine_offload": "--offload / --offload-rollout without --colocate: an embedded engine on its own pool keeps its "
-                      "weights between rollouts (with --colocate engines release memory while training); drop the "
-                      "flag, or use --rollout-backend sglang",
-    "engine_groups": "--sglang-config: regular server groups need --rollout-backend sglang; the embedded engine "
-                     "serves one regular group (--rollout-num-gpus) or PD groups (prefill + decode)",
-    "engine_pd_router": "--sglang-config / --prefill-num-servers: prefill/decode groups need --use-sglang-router "
-                        "(slime's own router serves regular workers only)",
-    "engine_group_size": "--sglang-config: a {worker_type} group has num_gpus_per_engine {size}; an embedded engine "
-                         "serves one unshardable model copy: use 1",
-    "engine_pd_backend": "disaggregation_transfer_backend {backend}: embedded PD engines move the KV cache with "
-                         "mooncake only; drop the setting or use mooncake",
-    "engine_pd_model": "{path}: model_type {model_type}: embedded PD engines seat the transferred KV cache in their "
-                       "fast-path cache (llama, qwen2, qwen3 without sliding window); serve this model without PD",
-    "engine_size": "--rollout-num-gpus-per-engine {size}: an embedded engine serves one unshardable model copy; use 1",
-    "engine_parallel": "{flag} {value}: the embedded engine has no model parallelism",
-    "engine_semantic": "{flag}: not supported by the embedded engine (it would change what is sampled); "
-                       "use --rollout-backend sglang",
-    "trainer_parallel": "{flag} {value}: the embedded trainer does not shard models (data parallel only); use 1, "
-                        "or --train-backend megatron",
-    "trainer_cpu_adam": "--optimizer-cpu-offload: the embedded trainer keeps AdamW on the model's device",
-    "trainer_offload": "--offload / --offload-train without --colocate: the embedded trainer owns its pool and has "
-                       "nothing to hand over between phases (with --colocate it offloads each side in turn); drop the "
-                       "flag, or use --train-backend megatron",
-    "trainer_routing_replay": "--use-routing-replay: the embedded trainer runs dense Hugging Face models and has no MoE "
-                              "router to replay; drop the flag, or use --train-backend megatron with a MoE model",
-    "trainer_r3": "--use-rollout-routing-replay (R3): the embedded trainer runs dense models and cannot replay "
-                  "the rollout's MoE routes; drop the flag, or use --train-backend megatron with a MoE model",
-    "trainer_optimizer": "--optimizer {optimizer}: the embedded trainer runs AdamW (Megatron's adam); use adam or "
-                         "--train-backend megatron",
-    "trainer_megatron_flag": "{flag}: a Megatron option the embedded trainer (one fp32 Hugging Face model per "
-                             "data-parallel rank) has no equivalent for, so it would be ignored; drop it, or use "
-                             "--train-backend megatron",
+    "sglang_missing": (),
+    "engine_r3": (),
+    "engine_offload": (),
+    "engine_groups": (),
+    "engine_pd_router": (),
+    "engine_group_size": ("worker_type", "size"),
+    "engine_pd_backend": ("backend",),
+    "engine_pd_model": ("path", "model_type"),
+    "engine_size": ("size",),
+    "engine_parallel": ("flag", "value"),
+    "engine_semantic": ("flag",),
+    "trainer_parallel": ("flag", "value"),
+    "trainer_cpu_adam": (),
+    "trainer_offload": (),
+    "trainer_routing_replay": (),
+    "trainer_r3": (),
+    "trainer_optimizer": ("optimizer",),
+    "trainer_megatron_flag": ("flag",),
 })
 
 _PARALLEL = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",

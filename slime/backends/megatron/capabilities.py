@@ -12,22 +12,13 @@ from slime.backends.megatron.model_args import _bool, _int, builds_mtp, unsuppor
 from slime.refusals import declare
 
 _R = declare("megatron", {
-    "model_flags": "--train-backend megatron needs the model's architecture flags (MODEL_ARGS of a "
-                   "scripts/models/*.sh spec); missing: {missing}",
-    "context_parallel": "--context-parallel-size {cp}: needs Transformer Engine's ring attention, which this Megatron "
-                        "build does not use; use 1 (TP/PP shard long sequences instead)",
-    "dp_whole": "--actor-num-nodes x --actor-num-gpus-per-node = {ranks} trainer ranks is not a multiple of "
-                "TP x PP x CP = {model}; the data-parallel size must be a whole number",
-    "ppo_critic": "--advantage-estimator ppo with --train-backend megatron: the Megatron trainer of this build has "
-                  "no critic (value model) to train beside the policy; use grpo, gspo, cispo, dr_grpo, "
-                  "reinforce_plus_plus(_baseline), or run ppo with --train-backend embedded",
-    "mtp_training": "--enable-mtp-training: the model the spec describes has no MTP layer that this Megatron "
-                    "backend builds (--mtp-num-layers is missing or 0; a DSA model's MTP layer is carried unchanged, "
-                    "not built); drop the flag",
-    "mtp_loss_scale": "--mtp-loss-scaling-factor {value}: weighs the MTP loss, which is trained only with "
-                      "--enable-mtp-training; add that flag or drop this one",
-    "routing_replay": "--use-routing-replay / --use-rollout-routing-replay: the Megatron trainer of this build does "
-                      "not replay MoE routes yet; drop the flag",
+    "model_flags": ("missing",),
+    "context_parallel": ("cp",),
+    "dp_whole": ("ranks", "model"),
+    "ppo_critic": (),
+    "mtp_training": (),
+    "mtp_loss_scale": ("value",),
+    "routing_replay": (),
 })
 
 _MODEL_FLAGS = ("num_layers", "hidden_size", "num_attention_heads")

@@ -47,24 +47,25 @@ def _require(flags: Mapping[str, Any], *keys: str) -> None:
 # --- what this backend builds ------------------------------------------------------------------
 
 # Flags the spec files use that this backend does not build yet. Refused with the reason rather
-# than silently building a different network (empty today: every seeded family is built).
-UNSUPPORTED: dict[str, str] = {}
+# than silently building a different network (empty today: every seeded family is built). Each is
+# the code megatron.unsupported.<flag>, worded (the reason) in slime/locales/refusals.*.json.
+UNSUPPORTED: tuple[str, ...] = ()
 
 # The linear-attention variants this backend builds (megatron-core's experimental_attention_variant).
 LINEAR_ATTENTION_VARIANTS = ("gated_delta_net",)
 
 
 _R = declare("megatron.unsupported", {
-    **{k: f"--{k.replace('_', '-')}: {why}" for k, why in UNSUPPORTED.items()},
-    "linear_attention_variant": "--hybrid-linear-attention {variant}: this backend builds {built} only",
-    "hybrid_mtp_depths": "--mtp-num-layers {n}: a Qwen3.5 checkpoint holds one MTP depth (its mtp.* tensors); use 1",
+    **{k: () for k in UNSUPPORTED},
+    "linear_attention_variant": ("variant", "built"),
+    "hybrid_mtp_depths": ("n",),
 })
 
 
 _S = declare("megatron.spec", {
-    "lacks": "the model spec lacks {flags}",
-    "cannot_build": "this Megatron backend cannot build the spec: {reasons}",
-    "recompute": "--recompute-granularity {granularity!r}: expected full or selective",
+    "lacks": ("flags",),
+    "cannot_build": ("reasons",),
+    "recompute": ("granularity",),
 })
 
 

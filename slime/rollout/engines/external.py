@@ -27,19 +27,17 @@ import httpx
 from slime.refusals import declare
 
 _R = declare("external", {
-    "unreachable": "external engine {addr}: unreachable ({error}); is it started (serving-reference.sh launch)?",
-    "not_sglang": "external engine {addr}: /server_info answered {server_status}, /model_info {model_status}: "
-                  "not an SGLang-protocol engine",
-    "architectures": "external engine {addr}: serves architectures {served}, but --hf-checkpoint {checkpoint} is {want}",
-    "model_type": "external engine {addr}: serves model_type {served!r}, --hf-checkpoint has {want!r}",
-    "model_path": "external engine {addr}: serves model_path {served!r}, not --hf-checkpoint {checkpoint!r}",
-    "not_generation": "external engine {addr}: is not a generation model (is_generation false)",
-    "pd_mode": "external engine {addr}: runs disaggregation_mode {mode!r}; connect PD engines through their router",
-    "tensor": "external engine {addr}: --update-weight-transport tensor needs engines slime places; use disk, http or nccl",
-    "endpoints": "external engine {addr}: lacks weight-update endpoint(s) {missing} needed by "
-                 "--update-weight-transport {transport}",
-    "no_backend": "external engine {addr}: no process-group backend for broadcast updates",
-    "version": "external engine {addr}: SGLang version {version}; slime's weight-update protocol needs >= {minimum}",
+    "unreachable": ("addr", "error"),
+    "not_sglang": ("addr", "server_status", "model_status"),
+    "architectures": ("addr", "served", "checkpoint", "want"),
+    "model_type": ("addr", "served", "want"),
+    "model_path": ("addr", "served", "checkpoint"),
+    "not_generation": ("addr",),
+    "pd_mode": ("addr", "mode"),
+    "tensor": ("addr",),
+    "endpoints": ("addr", "missing", "transport"),
+    "no_backend": ("addr",),
+    "version": ("addr", "version", "minimum"),
 })
 
 ENDPOINTS = {"disk": ["update_weights_from_disk"], "http": ["update_weights_from_tensor"],

@@ -49,30 +49,26 @@ HICACHE_FIELDS = ("enable_hierarchical_cache", "hicache_ratio", "hicache_size", 
 
 
 _R = declare("sglang", {
-    "rollout_gpus_whole": "--rollout-num-gpus {gpus} is not a multiple of --rollout-num-gpus-per-engine {per_engine}",
-    "prefill_no_decode": "--prefill-num-servers {prefill} x {per_engine} GPUs leaves no decode GPUs of "
-                         "--rollout-num-gpus {gpus} (SGL-4)",
-    "groups_total": "the server groups hold {total} GPUs but --rollout-num-gpus is {gpus} (SGL-4)",
-    "transfer_backend": "disaggregation_transfer_backend {backend!r} is not one of {backends}",
-    "pp_divides": "{per_engine} GPUs per engine not divisible by pp_size {pp} (SGL-1)",
-    "dp_attention": "dp_size {dp} needs enable_dp_attention (SGL-3)",
-    "dp_divides": "dp_size {dp} does not divide the engine's tp {tp} (SGL-3)",
-    "dp_lm_head": "enable_dp_lm_head needs enable_dp_attention (SGL-3)",
-    "hicache_radix": "enable_hierarchical_cache with disable_radix_cache (SGL-6)",
-    "unknown_fields": "not SGLang {version} ServerArgs fields known to slime: {fields} "
-                      "(see slime/rollout/engines/sglang_flags.py)",
-    "yaml_unreadable": "--sglang-config {path}: cannot read it ({error})",
-    "yaml_syntax": "--sglang-config {path}: not valid YAML ({error})",
-    "yaml_models": "{path}: expected a top-level sglang: list of models",
-    "worker_type": "{path}: model {name}: unknown worker_type {worker_type!r} (one of {known})",
-    "group_gpus": "{path}: model {name}: a {worker_type} group has num_gpus {gpus} (must be > 0)",
-    "group_whole": "{path}: model {name}: {worker_type} group: num_gpus {gpus} is not a multiple of "
-                   "num_gpus_per_engine {per_engine} (engines are placed whole)",
-    "group_mixed": "{path}: model {name} mixes regular with prefill/decode groups; split them into separate "
-                   "model entries (SGL-4)",
-    "pd_pair": "{path}: model {name}: PD needs both a prefill and a decode group",
-    "dist_init_addr": "engine {index} spans {nodes} nodes: it needs a dist_init_addr",
-    "flag_table": "{field} is not in the SGLang flag table",
+    "rollout_gpus_whole": ("gpus", "per_engine"),
+    "prefill_no_decode": ("prefill", "per_engine", "gpus"),
+    "groups_total": ("total", "gpus"),
+    "transfer_backend": ("backend", "backends"),
+    "pp_divides": ("per_engine", "pp"),
+    "dp_attention": ("dp",),
+    "dp_divides": ("dp", "tp"),
+    "dp_lm_head": (),
+    "hicache_radix": (),
+    "unknown_fields": ("version", "fields"),
+    "yaml_unreadable": ("path", "error"),
+    "yaml_syntax": ("path", "error"),
+    "yaml_models": ("path",),
+    "worker_type": ("path", "name", "worker_type", "known"),
+    "group_gpus": ("path", "name", "worker_type", "gpus"),
+    "group_whole": ("path", "name", "worker_type", "gpus", "per_engine"),
+    "group_mixed": ("path", "name"),
+    "pd_pair": ("path", "name"),
+    "dist_init_addr": ("index", "nodes"),
+    "flag_table": ("field",),
 })
 
 
