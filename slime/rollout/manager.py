@@ -51,7 +51,7 @@ class LazyTokenizerContext(GenerateContext):
     @property
     def tokenizer(self):
         if self._tok is None and self.hf_checkpoint:
-            from slime.backends.embedded.model import load_tokenizer
+            from slime.hf.model import load_tokenizer
 
             self._tok = load_tokenizer(self.hf_checkpoint)
         return self._tok
@@ -115,7 +115,7 @@ class RolloutManager:
                  hf_checkpoint: str, router_url: str, position: dict[str, int] | None = None,
                  partial_buffer: list[list[dict]] | None = None, start_rollout_id: int = 0,
                  batched: bool = True, producers: list[dict[str, Any]] | None = None):
-        from slime.backends.embedded.model import load_tokenizer
+        from slime.hf.model import load_tokenizer
 
         # batched: a sampling_params list, one seed per prompt (our router and the engines take it).
         # Otherwise (sglang-router) one sampling_params per request (_run_engines). A router that

@@ -121,7 +121,7 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
     return e
 
 
-PD_MODEL_TYPES = ("llama", "qwen2", "qwen3")  # slime/backends/embedded/decoder.py's fast path (_SUPPORTED)
+PD_MODEL_TYPES = ("llama", "qwen2", "qwen3")  # slime/inference/decoder.py's fast path (_SUPPORTED)
 
 
 def _pd_group_errors(cfg) -> list[str]:

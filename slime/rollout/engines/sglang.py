@@ -356,7 +356,7 @@ def _sglang_engine_actor_cls():
 
                 named = list(open_bucket(payload).items())
             else:
-                from slime.backends.embedded.weights import decode_bucket
+                from slime.hf.weights import decode_bucket
 
                 named = list(decode_bucket(payload).items())
             data = MultiprocessingSerializer.serialize(named, output_str=True)
