@@ -293,7 +293,7 @@ def sglang_available() -> bool:
 
 
 # -- the GPU launch path ---------------------------------------------------------------------------
-def _sglang_engine_actor_cls():
+def sglang_engine_actor_cls():
     import ray
 
     @ray.remote
