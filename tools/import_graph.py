@@ -171,10 +171,10 @@ class Graph:
 
         out = set()
         for i in self.imports:
-            for r in rules:
-                if under(i.source, r.source) and under(i.target, r.target) \
-                        and not any(under(i.target, a) for a in r.allowed):
-                    out.add(f"{i.source}:{i.line} -> {i.target} ({r.why})")
+            why = next((r.why for r in rules if under(i.source, r.source) and under(i.target, r.target)
+                        and not any(under(i.target, a) for a in r.allowed)), None)  # the first rule that says no
+            if why is not None:
+                out.add(f"{i.source}:{i.line} -> {i.target} ({why})")
         return sorted(out)
 
 
