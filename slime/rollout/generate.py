@@ -54,7 +54,7 @@ class LazyTokenizerContext(GenerateContext):
 
 
 def sampling_params(s: SamplingConfig, n: int, seed: int) -> dict[str, Any]:
-    p = {"max_new_tokens": s.max_response_len, "temperature": s.temperature, "top_p": s.top_p,
+    p: dict[str, Any] = {"max_new_tokens": s.max_response_len, "temperature": s.temperature, "top_p": s.top_p,
          "top_k": s.top_k, "n": n, "sampling_seed": seed, "no_stop_trim": True,
          "spaces_between_special_tokens": False}
     if s.stop_token_ids:
