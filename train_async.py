@@ -11,78 +11,54 @@ With the straw queue (--rollout-queue-dir), producer actors generate each rollou
 queue, one beside each engine group unless --num-rollout-producers says otherwise; a producer killed
 mid-rollout is restarted on its own queue and the rollout loses and repeats nothing
 (slime/rollout/producers.py, docs/en/fully-async.md#distributed-producers).
+
+The frame both loops share (parse, start, eval, train, save, log) is slime/loop.py; this file
+says only how a rollout arrives (in flight during the previous step) and how weights are synced.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
+
+
+class AsyncSteps:
+    """Rollout and reward run during the previous step's training: phase/rollout (slime/timeline.py)
+    is the time the loop waits for them, phase/reward stays 0."""
+
+    def __init__(self, cfg, rt):
+        self.cfg, self.rt = cfg, rt
+        self.in_flight = rt.generate_async(rt.start_rollout_id) if rt.num_rollout > rt.start_rollout_id else None
+
+    def rollout(self, rollout_id: int) -> tuple[list, dict[str, Any]]:
+        import ray
+
+        rt = self.rt
+        with rt.timeline.phase("rollout"):
+            samples, metrics = ray.get(self.in_flight)
+            self.in_flight = None
+            if self.cfg.rollout.max_weight_staleness is not None:  # drop + count stale groups, refill fresh
+                samples, metrics = rt.regenerate_stale(rollout_id, samples, metrics)
+        if rollout_id < rt.num_rollout - 1:
+            self.in_flight = rt.generate_async(rollout_id + 1)       # next rollout runs during training
+        return samples, metrics
+
+    def sync(self, rollout_id: int, metrics: dict[str, Any]) -> None:
+        import ray
+
+        rt = self.rt
+        if rt.sync_due(rollout_id):
+            if self.in_flight is not None:
+                with rt.timeline.phase("rollout"):
+                    ray.wait([self.in_flight])                       # no request may run across a sync
+            with rt.timeline.phase("sync"):
+                metrics["perf/sync_time"] = rt.sync_weights()
 
 
 def main(argv: list[str]) -> None:
-    if "--dry-run" in argv:  # pre-flight and placement plan only: nothing is loaded or reserved
-        from slime.dry_run import main as dry_run_main
+    from slime.loop import run
 
-        sys.exit(dry_run_main([a for a in argv if a != "--dry-run"], async_mode=True))
-
-    import ray
-
-    from slime.args import UsageError, parse_args
-    from slime.eval import eval_due
-    from slime.metrics import MetricsLogger, dump_rollout
-    from slime.ray.runtime import Runtime
-    from slime.rollout.staleness import staleness_metrics
-
-    try:
-        cfg = parse_args(argv, async_mode=True)  # validate() refuses --colocate here
-    except UsageError as e:
-        sys.exit(f"slime: {e}")
-    rt = Runtime.start(cfg)
-    log = MetricsLogger(cfg.log.output_dir, cfg.log.use_tensorboard, rt.num_rollout)
-    # The step's timeline (slime/timeline.py). Rollout and reward run during the previous step's
-    # training here: phase/rollout is the time the loop waits for them, phase/reward stays 0.
-    clock = rt.timeline
-    try:
-        last = rt.num_rollout - 1
-        if rt.start_rollout_id == 0 and eval_due(cfg.eval, -1, last, before_train=True):
-            clock.reset()
-            with clock.phase("eval"):
-                metrics = rt.evaluate(-1)
-            log.log(0, -1, {**metrics, **clock.metrics()})
-        in_flight = rt.generate_async(rt.start_rollout_id) if rt.num_rollout > rt.start_rollout_id else None
-        for rollout_id in range(rt.start_rollout_id, rt.num_rollout):
-            clock.reset()
-            with clock.phase("rollout"):
-                samples, metrics = ray.get(in_flight)
-                in_flight = None
-                if cfg.rollout.max_weight_staleness is not None:  # drop + count stale groups, refill fresh
-                    samples, metrics = rt.regenerate_stale(rollout_id, samples, metrics)
-            metrics.update(staleness_metrics(samples, rt.version))
-            if rollout_id < last:
-                in_flight = rt.generate_async(rollout_id + 1)      # next rollout runs during training
-            if cfg.log.save_debug_rollout_data:
-                dump_rollout(cfg.log.save_debug_rollout_data, rollout_id, samples)
-            records = rt.build_records(samples)
-            with clock.phase(None):                                # books the trainer's own sub-phases
-                metrics.update(rt.train(records))                  # version += 1
-            rt.ack(rollout_id)                                     # straw queue: trained, drop it
-            if rt.sync_due(rollout_id):
-                if in_flight is not None:
-                    with clock.phase("rollout"):
-                        ray.wait([in_flight])                      # no request may run across a sync
-                with clock.phase("sync"):
-                    metrics["perf/sync_time"] = rt.sync_weights()
-            if eval_due(cfg.eval, rollout_id, last):
-                with clock.phase("eval"):
-                    metrics.update(rt.evaluate(rollout_id))
-            if rt.save_due(rollout_id):
-                with clock.phase("checkpoint"):
-                    rt.save(rollout_id)
-            metrics.update(clock.metrics())                        # phase/* and perf/step_time
-            log.log(rollout_id + 1, rollout_id, metrics)
-        print(log.summary(), flush=True)                           # names the largest phase
-    finally:
-        log.close()
-        rt.shutdown()
+    run(argv, AsyncSteps, async_mode=True)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,7 @@ def sync(device) -> None:
 
 
 def engine_run(batcher, prompts, new_tokens, seeds=None, **sp):
-    from slime.backends.embedded.sampler import RowParams
+    from slime.inference.sampler import RowParams
 
     params = [RowParams(max_new_tokens=new_tokens, ignore_eos=True,
                         seed=None if seeds is None else seeds[i], **sp) for i in range(len(prompts))]
@@ -122,7 +122,7 @@ def step_breakdown(batcher, b: int, vocab: int) -> dict:
     import numpy as np
     import torch
 
-    from slime.backends.embedded.sampler import TruncationPlan, choose_tokens
+    from slime.inference.sampler import TruncationPlan, choose_tokens
 
     def med(fn) -> float:
         times = []
@@ -158,8 +158,8 @@ def tiny_recipe(repeats: int = 3) -> int:
     sys.path.insert(0, str(REPO / "tools" / "tiny"))
     import prepare
 
-    from slime.backends.embedded.engine_core import EngineCore, GenerateRequest, new_rid
-    from slime.backends.embedded.sampler import RowParams
+    from slime.inference.engine_core import EngineCore, GenerateRequest, new_rid
+    from slime.inference.sampler import RowParams
 
     torch.set_num_threads(1)
     root = tempfile.mkdtemp(prefix="tiny-recipe-")
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import transformers
 
-    from slime.backends.embedded.batcher import ContinuousBatcher
+    from slime.inference.batcher import ContinuousBatcher
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32

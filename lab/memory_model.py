@@ -21,7 +21,7 @@ slime.backends.megatron builds a model):
   in backward `scaled - lse` and its exp before the first is freed);
 - `CUBLAS_WORKSPACE_BYTES`: the cuBLAS workspace torch takes from its caching allocator.
 
-Embedded engine (slime.backends.embedded, the engine of the tiny recipes): bf16 weights, the
+Embedded engine (slime.inference, the engine of the tiny recipes): bf16 weights, the
 static KV slots its batcher allocates (a power of two of rows in flight × the context rounded up
 to 256 positions × layers × KV heads × head dim × K and V × 2 B), one prefill chunk's widest
 transient, the sampled rows' fp32 logits, and two cuBLAS workspaces (`ENGINE_CUBLAS_STREAMS`: torch
@@ -44,7 +44,7 @@ LOGIT_FP32_COPIES = 3  # vocabulary-wide fp32 tensors alive at once in the log-p
 # torch's cuBLAS workspace on Hopper-class GPUs (CUBLAS_WORKSPACE_CONFIG :4096:8 = 32 MiB), taken from
 # the caching allocator, so max_memory_allocated counts it.
 CUBLAS_WORKSPACE_BYTES = 32 * 1024**2
-ENGINE_CUBLAS_STREAMS = 2  # the default stream + the CUDA-graph side stream (slime/backends/embedded/decoder.py)
+ENGINE_CUBLAS_STREAMS = 2  # the default stream + the CUDA-graph side stream (slime/inference/decoder.py)
 KV_POSITION_ROUND = 256  # the embedded decoder grows its KV slots in steps of 256 positions on CUDA
 PREFILL_CHUNK_TOKENS = 16384  # the embedded batcher's prefill budget per forward (batcher.prefill_tokens)
 

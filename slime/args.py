@@ -5,7 +5,8 @@ validate(cfg) -> list[str]   (pure checks, each message names its flags; nothing
 
 Each flag is declared once in the flag table (slime/flags.py): the parser is generated from it and
 the Config built from it by keyword. Megatron flags (slime/megatron_flags.py, the pinned list) are
-collected into cfg.megatron and `--sglang-*` flags into cfg.sglang for their backends; backend_capability_errors() says which of them the embedded backends cannot honour.
+collected into cfg.megatron and `--sglang-*` flags into cfg.sglang for their backends; the backend
+registry (slime/backends/registry.py) asks the chosen backends which of them they cannot honour.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 from slime import estimators
-from slime.backends.embedded.capabilities import backend_capability_errors, model_flag_errors
+from slime.backends.registry import backend_capability_errors, model_flag_errors
 from slime.config import Config
 from slime.flags import FLAGS, ROUTER_POLICIES, describe
 from slime.flags import add_to as add_flags_to

@@ -54,7 +54,7 @@ def _digest(path: Path) -> dict[str, Any]:
     return {"size": path.stat().st_size, "sha256": h.hexdigest()}
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w") as f:
         f.write(text)
@@ -78,9 +78,9 @@ def save_checkpoint(root: str | Path, iteration: int | str, weights: dict, optim
         torch.save(optimizer_state, d / "optimizer.pt")
         files.append("optimizer.pt")
     manifest = {f: _digest(d / f) for f in files}
-    _atomic_write(d / "state.json", json.dumps({**state, "format": FORMAT, "iteration": iteration,
+    atomic_write(d / "state.json", json.dumps({**state, "format": FORMAT, "iteration": iteration,
                                                  "files": manifest}, indent=1))
-    _atomic_write(root / MARKER, str(iteration))  # last: only now is the checkpoint visible
+    atomic_write(root / MARKER, str(iteration))  # last: only now is the checkpoint visible
     return d
 
 

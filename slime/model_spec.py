@@ -128,7 +128,7 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-def _int(flags: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
+def flag_int(flags: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
     v = flags.get(key)
     if v is None or v is False:
         return default
@@ -138,7 +138,7 @@ def _int(flags: Mapping[str, Any], key: str, default: int | None = None) -> int 
         raise ModelSpecError(_R("not_integer", flag=_flag(key), value=_plain(v))) from None
 
 
-def _float(flags: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
+def flag_float(flags: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
     v = flags.get(key)
     if v is None or v is False:
         return default
@@ -148,7 +148,7 @@ def _float(flags: Mapping[str, Any], key: str, default: float | None = None) -> 
         raise ModelSpecError(_R("not_number", flag=_flag(key), value=_plain(v))) from None
 
 
-def _bool(flags: Mapping[str, Any], key: str) -> bool:
+def flag_bool(flags: Mapping[str, Any], key: str) -> bool:
     v = flags.get(key, False)
     if isinstance(v, str):
         return v.lower() not in ("0", "false", "no", "")
@@ -399,65 +399,65 @@ def spec_from_flags(flags: Mapping[str, Any], name: str = "spec") -> ModelSpec:
     missing = [_flag(k) for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in flags]
     if missing:
         raise ModelSpecError(_R("lacks", name=name, flags=", ".join(missing)))
-    layers = _int(flags, "num_layers")
-    hidden = _int(flags, "hidden_size")
-    heads = _int(flags, "num_attention_heads")
-    experts = _int(flags, "num_experts", 0)
-    gqa = _bool(flags, "group_query_attention") or "num_query_groups" in flags
+    layers = flag_int(flags, "num_layers")
+    hidden = flag_int(flags, "hidden_size")
+    heads = flag_int(flags, "num_attention_heads")
+    experts = flag_int(flags, "num_experts", 0)
+    gqa = flag_bool(flags, "group_query_attention") or "num_query_groups" in flags
     hybrid = "hybrid_linear_attention" in flags or "linear_attention_freq" in flags
     lin: tuple[int, ...] = ()
     if hybrid and "linear_attention_freq" in flags:
         lin = expand_layer_pattern(flags["linear_attention_freq"], layers, "--linear-attention-freq")
     return ModelSpec(
         name=name, layers=layers, hidden=hidden, heads=heads,
-        kv_groups=_int(flags, "num_query_groups", heads) if gqa else heads,
-        kv_channels=_int(flags, "kv_channels", hidden // heads),
-        ffn=_int(flags, "ffn_hidden_size", 4 * hidden),
-        vocab=_int(flags, "vocab_size"),
-        tied_embeddings=not _bool(flags, "untie_embeddings_and_output_weights"),
-        norm_eps=_float(flags, "norm_epsilon", 1e-5),
-        norm_1p=_bool(flags, "apply_layernorm_1p"),
-        post_norms=_bool(flags, "post_self_attn_layernorm") or _bool(flags, "post_mlp_layernorm"),
-        rope_base=_float(flags, "rotary_base", 10000.0),
-        rotary_percent=_float(flags, "rotary_percent", 1.0),
-        rotary_interleaved=_bool(flags, "rotary_interleaved"),
-        rope_scaling_factor=_float(flags, "rotary_scaling_factor", 0.0),
-        mscale=_float(flags, "mscale", 1.0),
-        mscale_all_dim=_float(flags, "mscale_all_dim", 0.0),
-        qkv_bias=_bool(flags, "add_qkv_bias") or not _bool(flags, "disable_bias_linear"),
-        qk_layernorm=_bool(flags, "qk_layernorm"),
-        attention_output_gate=_bool(flags, "attention_output_gate"),
+        kv_groups=flag_int(flags, "num_query_groups", heads) if gqa else heads,
+        kv_channels=flag_int(flags, "kv_channels", hidden // heads),
+        ffn=flag_int(flags, "ffn_hidden_size", 4 * hidden),
+        vocab=flag_int(flags, "vocab_size"),
+        tied_embeddings=not flag_bool(flags, "untie_embeddings_and_output_weights"),
+        norm_eps=flag_float(flags, "norm_epsilon", 1e-5),
+        norm_1p=flag_bool(flags, "apply_layernorm_1p"),
+        post_norms=flag_bool(flags, "post_self_attn_layernorm") or flag_bool(flags, "post_mlp_layernorm"),
+        rope_base=flag_float(flags, "rotary_base", 10000.0),
+        rotary_percent=flag_float(flags, "rotary_percent", 1.0),
+        rotary_interleaved=flag_bool(flags, "rotary_interleaved"),
+        rope_scaling_factor=flag_float(flags, "rotary_scaling_factor", 0.0),
+        mscale=flag_float(flags, "mscale", 1.0),
+        mscale_all_dim=flag_float(flags, "mscale_all_dim", 0.0),
+        qkv_bias=flag_bool(flags, "add_qkv_bias") or not flag_bool(flags, "disable_bias_linear"),
+        qk_layernorm=flag_bool(flags, "qk_layernorm"),
+        attention_output_gate=flag_bool(flags, "attention_output_gate"),
         experts=experts,
-        topk=_int(flags, "moe_router_topk", 0),
-        moe_ffn=_int(flags, "moe_ffn_hidden_size", 0),
-        shared_ffn=_int(flags, "moe_shared_expert_intermediate_size", 0),
+        topk=flag_int(flags, "moe_router_topk", 0),
+        moe_ffn=flag_int(flags, "moe_ffn_hidden_size", 0),
+        shared_ffn=flag_int(flags, "moe_shared_expert_intermediate_size", 0),
         moe_layer_pattern=expand_layer_pattern(flags.get("moe_layer_freq", 1), layers, "--moe-layer-freq") if experts else (),
-        router_groups=_int(flags, "moe_router_num_groups", 0),
-        router_group_topk=_int(flags, "moe_router_group_topk", 0),
-        topk_scaling=_float(flags, "moe_router_topk_scaling_factor", 1.0),
+        router_groups=flag_int(flags, "moe_router_num_groups", 0),
+        router_group_topk=flag_int(flags, "moe_router_group_topk", 0),
+        topk_scaling=flag_float(flags, "moe_router_topk_scaling_factor", 1.0),
         score_function=str(flags.get("moe_router_score_function", "softmax")),
-        expert_bias=_bool(flags, "moe_router_enable_expert_bias"),
-        mla=_bool(flags, "multi_latent_attention"),
-        q_lora_rank=_int(flags, "q_lora_rank", 0),
-        kv_lora_rank=_int(flags, "kv_lora_rank", 0),
-        qk_head_dim=_int(flags, "qk_head_dim", 0),
-        qk_pos_emb_head_dim=_int(flags, "qk_pos_emb_head_dim", 0),
-        v_head_dim=_int(flags, "v_head_dim", 0),
-        dsa=_bool(flags, "enable_dsa_indexer"),
-        index_n_heads=_int(flags, "index_n_heads", 0),
-        index_head_dim=_int(flags, "index_head_dim", 0),
-        index_topk=_int(flags, "index_topk", 0),
-        index_topk_freq=_int(flags, "index_topk_freq", 1),
-        index_skip_topk_offset=_int(flags, "index_skip_topk_offset", 1),
-        allgather_cp=_bool(flags, "allgather_cp"),
+        expert_bias=flag_bool(flags, "moe_router_enable_expert_bias"),
+        mla=flag_bool(flags, "multi_latent_attention"),
+        q_lora_rank=flag_int(flags, "q_lora_rank", 0),
+        kv_lora_rank=flag_int(flags, "kv_lora_rank", 0),
+        qk_head_dim=flag_int(flags, "qk_head_dim", 0),
+        qk_pos_emb_head_dim=flag_int(flags, "qk_pos_emb_head_dim", 0),
+        v_head_dim=flag_int(flags, "v_head_dim", 0),
+        dsa=flag_bool(flags, "enable_dsa_indexer"),
+        index_n_heads=flag_int(flags, "index_n_heads", 0),
+        index_head_dim=flag_int(flags, "index_head_dim", 0),
+        index_topk=flag_int(flags, "index_topk", 0),
+        index_topk_freq=flag_int(flags, "index_topk_freq", 1),
+        index_skip_topk_offset=flag_int(flags, "index_skip_topk_offset", 1),
+        allgather_cp=flag_bool(flags, "allgather_cp"),
         hybrid=hybrid,
         linear_layer_pattern=lin,
-        linear_conv_kernel_dim=_int(flags, "linear_conv_kernel_dim", 0),
-        linear_key_head_dim=_int(flags, "linear_key_head_dim", 0),
-        linear_value_head_dim=_int(flags, "linear_value_head_dim", 0),
-        linear_num_key_heads=_int(flags, "linear_num_key_heads", 0),
-        linear_num_value_heads=_int(flags, "linear_num_value_heads", 0),
-        mtp_layers=_int(flags, "mtp_num_layers", 0),
+        linear_conv_kernel_dim=flag_int(flags, "linear_conv_kernel_dim", 0),
+        linear_key_head_dim=flag_int(flags, "linear_key_head_dim", 0),
+        linear_value_head_dim=flag_int(flags, "linear_value_head_dim", 0),
+        linear_num_key_heads=flag_int(flags, "linear_num_key_heads", 0),
+        linear_num_value_heads=flag_int(flags, "linear_num_value_heads", 0),
+        mtp_layers=flag_int(flags, "mtp_num_layers", 0),
         args={k.replace("_", "-"): v for k, v in flags.items()},
     )
 

@@ -25,9 +25,9 @@ def convert_embedded(hf_checkpoint: str, save: str, extra: list[str]) -> Path:
                          f"architecture comes from {hf_checkpoint}/config.json")
     import torch
 
-    from slime.backends.embedded.model import load_model
-    from slime.backends.embedded.weights import named_weights
     from slime.checkpoint import save_checkpoint
+    from slime.hf.model import load_model
+    from slime.hf.weights import named_weights
 
     model = load_model(hf_checkpoint, device=torch.device("cpu"))
     config = json.loads((Path(hf_checkpoint) / "config.json").read_text())

@@ -24,7 +24,7 @@ def _limit_threads(n: int = 1) -> None:
 class EngineActor:
     def __init__(self, hf_checkpoint: str, seed: int, threads: int = 1, server_args: dict | None = None):
         _limit_threads(threads)
-        from slime.backends.embedded.engine_core import EngineCore
+        from slime.inference.engine_core import EngineCore
         from slime.rollout.engines.embedded import EngineServer
 
         self.core = EngineCore(hf_checkpoint, seed=seed, dtype=(server_args or {}).get("dtype"))
@@ -116,7 +116,7 @@ class TrainerActor:
         return self.rank != 0 and not getattr(self.trainer, "collective", False)
 
     def write_weights_dir(self, path: str, buffer_size: int) -> str:
-        from slime.backends.embedded.weights import write_weights_dir
+        from slime.hf.weights import write_weights_dir
 
         if self._bystander():
             return path
@@ -126,14 +126,14 @@ class TrainerActor:
     def export_bucket_refs(self, buffer_size: int) -> list:
         """Buckets of safetensors bytes put into the object store; the caller passes the refs on
         and drops them after the engines have loaded (then Ray frees them)."""
-        from slime.backends.embedded.weights import encode_bucket
+        from slime.hf.weights import encode_bucket
 
         if self._bystander():
             return []
         return [ray.put(encode_bucket(b)) for b in self.trainer.export_buckets(buffer_size)]
 
     def export_bucket_bytes(self, buffer_size: int) -> list[bytes]:
-        from slime.backends.embedded.weights import encode_bucket
+        from slime.hf.weights import encode_bucket
 
         if self._bystander():
             return []

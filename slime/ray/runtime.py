@@ -305,9 +305,9 @@ class Runtime:
             h = EngineHandle(ray.get(actor.get_url.remote()), actor)
         else:  # UNTESTED on GPU
             from slime.ray.placement import engine_bundles
-            from slime.rollout.engines.sglang import _sglang_engine_actor_cls
+            from slime.rollout.engines.sglang import sglang_engine_actor_cls
 
-            actor_cls = _sglang_engine_actor_cls()
+            actor_cls = sglang_engine_actor_cls()
             spec = self.specs[j]
             bundles = engine_bundles(c, j)
             actors = [actor_cls.options(**{**self.rollout_pool.options(b), "num_gpus": min(spec.num_gpus,

@@ -100,7 +100,7 @@ _BARE_UNIT_WORDS = "|".join(w for w in _UNIT_WORDS.split("|") if w not in {"m", 
 _TEXT_UNIT = re.compile(r"\\(?:text|mbox|mathrm)\{\s*(?:" + _UNIT_WORDS + r")(?:\^?\{?[23]\}?)?\s*\}")
 _TRAILING_UNIT = re.compile(r"(?<=[\d}])\s*(?:" + _BARE_UNIT_WORDS + r")(?:\^?\{?[23]\}?)?$")
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mbox|mathrm)\{([^{}]*)\}")
-_THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+THOUSANDS = re.compile(r"^-?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
 
 
 def _fix_fracs(s: str) -> str:
@@ -130,7 +130,7 @@ def normalize_answer(answer: str) -> str:
     s = s.replace("\\%", "").replace("%", "")
     s = s.rstrip(".").strip()
     s = s.replace("{,}", ",")
-    if _THOUSANDS.match(s.replace(" ", "")):
+    if THOUSANDS.match(s.replace(" ", "")):
         s = s.replace(",", "")
     # "x = 5" -> "5" when the left side is a short variable name (not for "x+y=5").
     match = re.match(r"^\s*[a-zA-Z]\w{0,1}\s*=\s*(.+)$", s)

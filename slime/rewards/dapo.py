@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from slime.rewards.answer import split_after_think
-from slime.rewards.math_reward import RewardResult, _gold_answer, answers_match
+from slime.rewards.math_reward import RewardResult, answers_match, gold_answer
 
 _ANSWER = re.compile(r"Answer\s*:\s*([^\n]+)", re.IGNORECASE)
 DAPO_CORRECT, DAPO_WRONG = 1.0, -1.0
@@ -20,7 +20,7 @@ DAPO_CORRECT, DAPO_WRONG = 1.0, -1.0
 
 def dapo(response: str, label: object) -> RewardResult:
     solution, has_think = split_after_think(response)
-    gold = _gold_answer(label)
+    gold = gold_answer(label)
     if not gold:
         return RewardResult(DAPO_WRONG, "no_label", has_think)
     found = _ANSWER.findall(solution)

@@ -14,7 +14,7 @@ import re
 import threading
 from dataclasses import dataclass
 
-from slime.rewards.answer import _THOUSANDS, extract_answer, normalize_answer, split_after_think, to_number
+from slime.rewards.answer import THOUSANDS, extract_answer, normalize_answer, split_after_think, to_number
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def split_top_level(answer: str) -> list[str]:
     # An escaped dollar (``\$1,000``) goes before the comma split, like a bare one: its backslash
     # would otherwise hide the thousands separator and split one number into ``\$1`` and ``000``.
     text = answer.strip().replace("\\$", "").strip("$").strip()
-    if _THOUSANDS.match(text.replace(" ", "")):
+    if THOUSANDS.match(text.replace(" ", "")):
         return [text]
     items, depth, start, i = [], 0, 0, 0
     while i < len(text):
@@ -166,7 +166,7 @@ def _scalar_match(pred: str, gold: str) -> bool:
     return symbolic_equal(gold, pred) or symbolic_equal(norm_gold, norm_pred)
 
 
-def _gold_answer(label: object) -> str:
+def gold_answer(label: object) -> str:
     text = "" if label is None else str(label).strip()
     if "\\boxed" in text or "\\fbox" in text:
         boxed = extract_answer(text, boxed_only=True)
@@ -176,7 +176,7 @@ def _gold_answer(label: object) -> str:
 
 def grade(solution: str, label: object, *, has_think_block: bool, boxed_only: bool) -> RewardResult:
     """Grade ``solution`` (already cut after the think block) against ``label``."""
-    gold = _gold_answer(label)
+    gold = gold_answer(label)
     if not gold:
         return RewardResult(0.0, "no_label", has_think_block)
     pred = extract_answer(solution, boxed_only=boxed_only)

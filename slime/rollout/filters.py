@@ -1,6 +1,6 @@
 """Dynamic-sampling filters (--dynamic-sampling-filter-path): `fn(args, samples) -> bool`, called
 with one finished, scored group of n samples; True keeps the group. `args` is the rollout's
-GenerateContext (slime.rollout.manager). A filter may also return an object with a `keep` attribute
+GenerateContext (slime.rollout.generate). A filter may also return an object with a `keep` attribute
 (slime's DynamicFilterOutput shape).
 """
 

@@ -8,16 +8,23 @@ prompt), so a resumed run samples what the uninterrupted run would have.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
 from typing import Any
 
 from slime.config import DataConfig, EvalConfig, RolloutConfig, SamplingConfig
 from slime.data.dataset import DataPosition, PromptRecord, PromptSource, load_prompts
-from slime.data.sample import FINISH_TO_STATUS, Sample, Status
+from slime.data.sample import Sample, Status
 from slime.rollout.client import EngineClient, EngineRequestError, GenerateResult, RouterAdmin
+from slime.rollout.generate import (
+    GenerateContext,
+    extend_sample,
+    fill_sample,
+    plan_requests,
+    run_generate_hook,
+    sample_seed,
+    sampling_params,
+)
 from slime.rollout.producers import sample_id
 from slime.rollout.rewards import RewardScorer
 from slime.rollout.router import split_evenly
@@ -25,97 +32,12 @@ from slime.rollout.router import split_evenly
 PD_RETRY_S = 300.0  # how long a PD request is retried (see RolloutManager._send)
 
 
-@dataclass
-class GenerateContext:
-    """What a --custom-generate-function-path hook receives as `args`: `client` talks to the
-    router (pass routing_key=<session id> for multi-turn affinity), `router` lists the workers."""
-
-    rollout: RolloutConfig
-    tokenizer: Any
-    client: EngineClient
-    router: RouterAdmin
-
-    @property
-    def clients(self) -> dict[str, EngineClient]:
-        return {self.client.url: self.client}
-
-
-class LazyTokenizerContext(GenerateContext):
-    """GenerateContext whose tokenizer loads from `hf_checkpoint` on first use: loading it imports
-    torch and transformers (seconds), which a straw producer, restarted mid-rollout, should not pay
-    before its first request unless its hook reads args.tokenizer."""
-
-    hf_checkpoint = ""
-    _tok = None
-
-    @property
-    def tokenizer(self):
-        if self._tok is None and self.hf_checkpoint:
-            from slime.backends.embedded.model import load_tokenizer
-
-            self._tok = load_tokenizer(self.hf_checkpoint)
-        return self._tok
-
-    @tokenizer.setter
-    def tokenizer(self, value) -> None:
-        self._tok = value
-
-
-def sampling_params(s: SamplingConfig, n: int, seed: int) -> dict[str, Any]:
-    p = {"max_new_tokens": s.max_response_len, "temperature": s.temperature, "top_p": s.top_p,
-         "top_k": s.top_k, "n": n, "sampling_seed": seed, "no_stop_trim": True,
-         "spaces_between_special_tokens": False}
-    if s.stop_token_ids:
-        p["stop_token_ids"] = list(s.stop_token_ids)
-    return p
-
-
-def plan_requests(params: list[dict[str, Any]]) -> list[list[int]]:
-    """Rows (one prompt each, with its own sampling params) grouped into the requests a router
-    that takes one `sampling_params` dict per request accepts (sglang-router 0.3.x refuses a list
-    of them): rows with equal params share a request, in first-seen order."""
-    import json
-
-    by_key: dict[str, list[int]] = {}
-    for i, sp in enumerate(params):
-        by_key.setdefault(json.dumps(sp, sort_keys=True), []).append(i)
-    return list(by_key.values())
-
-
-def _seed(base: int, rollout_id: int, prompt_id: int) -> int:
-    return (base * 1_000_003 + rollout_id * 7_919 + prompt_id * 104_729) % (2**31 - 1)
-
-
-def run_generate_hook(hook, ctx: GenerateContext, samples: list[Sample], sp: SamplingConfig, seed_of,
-                      first: int = 0) -> None:
-    """--custom-generate-function-path on `samples` (in place), concurrently; the k-th sample of the
-    rollout (k = first + its index here) is seeded seed_of(sample) + k, wherever it is generated."""
-    from slime.rewards.hooks import HookError, hook_path
-
-    async def one(s: Sample, k: int):
-        try:
-            return await hook(ctx, s, sampling_params(sp, 1, seed_of(s) + k))
-        except Exception as e:  # noqa: BLE001 - name the hook and the sample, keep the cause
-            raise HookError(f"[generate hook] {hook_path(hook)!r} raised on {s.describe()}: {e!r}",
-                            kind="generate", path=hook_path(hook)) from e
-
-    async def all_():
-        return await asyncio.gather(*(one(s, first + i) for i, s in enumerate(samples)))
-
-    out = asyncio.run(all_())
-    for i, s in enumerate(out):
-        if not isinstance(s, Sample):
-            raise TypeError(f"[generate hook] {hook_path(hook)!r} returned "
-                            f"{type(s).__name__} for {samples[i].describe()}, expected the Sample")
-        samples[i] = s
-
-
 class RolloutManager:
     def __init__(self, data: DataConfig, rollout: RolloutConfig, eval_cfg: EvalConfig,
                  hf_checkpoint: str, router_url: str, position: dict[str, int] | None = None,
                  partial_buffer: list[list[dict]] | None = None, start_rollout_id: int = 0,
                  batched: bool = True, producers: list[dict[str, Any]] | None = None):
-        from slime.backends.embedded.model import load_tokenizer
+        from slime.hf.model import load_tokenizer
 
         # batched: a sampling_params list, one seed per prompt (our router and the engines take it).
         # Otherwise (sglang-router) one sampling_params per request (_run_engines). A router that
@@ -336,7 +258,7 @@ class RolloutManager:
                 raise RuntimeError(f"router returned {len(outs)} outputs for {len(chunk) * n} samples")
             for k, i in enumerate(chunk):
                 for j in range(n):
-                    _fill(samples[groups[i] + j], outs[k * n + j])
+                    fill_sample(samples[groups[i] + j], outs[k * n + j])
 
         with ThreadPoolExecutor(max(1, len(chunks))) as pool:
             list(pool.map(run, chunks))
@@ -359,7 +281,7 @@ class RolloutManager:
         pd_retries = self.pd_retries
         self.positions[rollout_id] = self.source.position
         self.buffers[rollout_id] = [[s.to_dict() for s in g] for g in self.buffer]
-        seed_of = lambda s: _seed(r.seed, rollout_id, s.prompt_id)  # noqa: E731
+        seed_of = lambda s: sample_seed(r.seed, rollout_id, s.prompt_id)  # noqa: E731
         extra: dict[str, float] = {}
         if r.dynamic:
             samples, metrics, extra = self._generate_dynamic(rollout_id, seed_of)
@@ -498,7 +420,7 @@ class RolloutManager:
             if len(outs) != len(group):
                 raise RuntimeError(f"router returned {len(outs)} outputs for a group of {len(group)}")
             for s, out in zip(group, outs):
-                _extend(s, out, self.tokenizer)
+                extend_sample(s, out, self.tokenizer)
             return group
         rows, params = [], []
         for s in todo:
@@ -515,7 +437,7 @@ class RolloutManager:
             if len(outs) != len(rows):
                 raise RuntimeError(f"router returned {len(outs)} outputs for {len(rows)} resumed samples")
             for s, out in zip(rows, outs):
-                _extend(s, out, self.tokenizer)
+                extend_sample(s, out, self.tokenizer)
         return group
 
     def evaluate(self, rollout_id: int) -> dict[str, float]:
@@ -526,7 +448,7 @@ class RolloutManager:
         for name, records in self.eval_sets.items():
             samples = self._samples_for([(0, rec) for rec in records], n)
             self._run_engines(samples, n, self.eval_cfg.sampling,
-                              lambda s: _seed(self.rollout.seed + 1, rollout_id, s.prompt_id))
+                              lambda s: sample_seed(self.rollout.seed + 1, rollout_id, s.prompt_id))
             scorer = self.scorer
             if self.rollout.group_rm:  # group hooks do not apply to eval: score with the sample form
                 raise ValueError("--group-rm is not supported in evaluation; use --rm-type for eval")
@@ -538,32 +460,3 @@ class RolloutManager:
     # -- engines (colocated phases) --------------------------------------------------------------
     def engine_urls(self) -> list[str]:
         return [w["url"] for w in self.router.list_workers()]
-
-
-def _version(v: str) -> int:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _fill(s: Sample, out: GenerateResult) -> None:
-    s.response_tokens = out.output_ids
-    s.rollout_log_probs = out.output_logprobs
-    s.response = out.text
-    s.status = FINISH_TO_STATUS.get(out.finish_type, FINISH_TO_STATUS["abort"])
-    s.weight_version = out.weight_version
-    s.token_versions = [_version(out.weight_version)] * len(out.output_ids)
-
-
-def _extend(s: Sample, out: GenerateResult, tokenizer) -> None:
-    """Append one generation segment (a continuation keeps the tokens generated before)."""
-    if not s.response_tokens:
-        _fill(s, out)
-        return
-    s.response_tokens = list(s.response_tokens) + list(out.output_ids)
-    s.rollout_log_probs = list(s.rollout_log_probs) + list(out.output_logprobs)
-    s.token_versions = list(s.token_versions) + [_version(out.weight_version)] * len(out.output_ids)
-    s.response = tokenizer.decode(s.response_tokens, skip_special_tokens=True)
-    s.status = FINISH_TO_STATUS.get(out.finish_type, FINISH_TO_STATUS["abort"])
-    s.weight_version = out.weight_version

@@ -160,7 +160,7 @@ class RouterGenerator:
     def _setup(self):
         if self._ctx is None:
             from slime.rollout.client import EngineClient, RouterAdmin
-            from slime.rollout.manager import LazyTokenizerContext
+            from slime.rollout.generate import LazyTokenizerContext
 
             if self.rollout.custom_generate_function_path:
                 from slime.rewards.hooks import load_function
@@ -173,11 +173,11 @@ class RouterGenerator:
 
     def __call__(self, rollout_id: int, group_index: int, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
         from slime.data.sample import Sample
-        from slime.rollout.manager import _fill, _seed, run_generate_hook, sampling_params
+        from slime.rollout.generate import fill_sample, run_generate_hook, sample_seed, sampling_params
 
         ctx, r = self._setup(), self.rollout
         group = [Sample.from_dict(d) for d in samples]
-        seed_of = lambda s: _seed(r.seed, rollout_id, s.prompt_id)  # noqa: E731
+        seed_of = lambda s: sample_seed(r.seed, rollout_id, s.prompt_id)  # noqa: E731
         if self._hook is not None:
             run_generate_hook(self._hook, ctx, group, r.sampling, seed_of, first=group_index * len(group))
             for s, d in zip(group, samples):  # the ids are the consumer's, whatever the hook returned
@@ -188,7 +188,7 @@ class RouterGenerator:
             if len(outs) != len(group):
                 raise RuntimeError(f"router returned {len(outs)} outputs for a group of {len(group)}")
             for s, out in zip(group, outs):
-                _fill(s, out)
+                fill_sample(s, out)
         return [s.to_dict() for s in group]
 
 

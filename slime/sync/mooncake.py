@@ -115,7 +115,7 @@ class MooncakeSender:
 
     def prepare(self, named: dict[str, torch.Tensor], buffer_size: int) -> list[tuple[int, list[dict[str, Any]]]]:
         """Pack the current weights into the registered buffers; [(size, metadata)] per bucket."""
-        from slime.backends.embedded.weights import bucketize
+        from slime.hf.weights import bucketize
 
         buckets = bucketize(named, buffer_size)
         layouts = [bucket_layout(b) for b in buckets]

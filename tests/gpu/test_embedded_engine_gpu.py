@@ -27,8 +27,8 @@ def _model():
 
 
 def _run(model, prompts, use_graphs=None, **sp):
-    from slime.backends.embedded.batcher import ContinuousBatcher
-    from slime.backends.embedded.sampler import RowParams
+    from slime.inference.batcher import ContinuousBatcher
+    from slime.inference.sampler import RowParams
 
     b = ContinuousBatcher(model, (), torch.Generator().manual_seed(0), threading.Lock(), use_graphs=use_graphs)
     rows = b.run(prompts, [RowParams(max_new_tokens=40, ignore_eos=True, seed=i, **sp) for i in range(len(prompts))])
@@ -67,7 +67,7 @@ def test_graph_and_eager_decoding_agree_and_truncation_runs_on_the_device():
 
 
 def test_engine_core_defaults_to_bf16_on_the_gpu(tmp_path):
-    from slime.backends.embedded.engine_core import EngineCore
+    from slime.inference.engine_core import EngineCore
 
     model = _model()
     model.save_pretrained(tmp_path)

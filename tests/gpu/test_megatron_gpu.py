@@ -128,10 +128,10 @@ def test_megatron_and_hf_forwards_agree(tiny, converted):
 def test_grpo_step_with_embedded_engine_kl_zero_then_sync(tiny, converted, tmp_path):
     import torch
 
-    from slime.backends.embedded.engine_core import EngineCore, GenerateRequest, new_rid
-    from slime.backends.embedded.sampler import RowParams
     from slime.data.sample import Sample
     from slime.data.train_data import build_records
+    from slime.inference.engine_core import EngineCore, GenerateRequest, new_rid
+    from slime.inference.sampler import RowParams
 
     hf, _ = tiny
     engine = EngineCore(str(hf), seed=1)

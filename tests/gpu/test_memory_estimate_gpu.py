@@ -59,8 +59,8 @@ def test_the_embedded_engine_peaks_within_15_percent_of_its_estimate(name, over,
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from lab.memory_model import embedded_engine_parts
-    from slime.backends.embedded.batcher import ContinuousBatcher
-    from slime.backends.embedded.sampler import RowParams
+    from slime.inference.batcher import ContinuousBatcher
+    from slime.inference.sampler import RowParams
     from slime.model_spec import load_model_spec
 
     if over is None:

@@ -48,7 +48,7 @@ def ray_cluster():
 def two_servers(tiny):
     """Two embedded engines on 127.0.0.1 (seeds 0 and 1), serving SGLang's HTTP protocol."""
     torch = pytest.importorskip("torch")
-    from slime.backends.embedded.engine_core import EngineCore
+    from slime.inference.engine_core import EngineCore
     from slime.rollout.engines.embedded import EngineServer
 
     torch.set_num_threads(1)

@@ -11,13 +11,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from slime.backends.embedded.batcher import ContinuousBatcher
-from slime.backends.embedded.decoder import (
+from slime.inference.batcher import ContinuousBatcher
+from slime.inference.decoder import (
     RecomputeDecoder,
     SlotDecoder,
     fast_path_supported,
 )
-from slime.backends.embedded.sampler import (
+from slime.inference.sampler import (
     RowParams,
     TruncationPlan,
     choose_tokens,

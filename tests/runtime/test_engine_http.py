@@ -6,8 +6,8 @@ import httpx
 import pytest
 import torch
 
-from slime.backends.embedded.engine_core import EngineCore
-from slime.backends.embedded.weights import encode_bucket, named_weights, write_weights_dir
+from slime.hf.weights import encode_bucket, named_weights, write_weights_dir
+from slime.inference.engine_core import EngineCore
 from slime.rollout.client import EngineClient, EngineRequestError
 from slime.rollout.engines.embedded import EngineServer
 
@@ -86,7 +86,7 @@ def test_tensor_update_in_buckets_changes_what_is_sampled(engine):
     client = EngineClient(url)
     before = {k: v.clone() for k, v in named_weights(core.model).items()}
     new = {k: torch.zeros_like(v) for k, v in before.items()}  # all-zero logits: uniform sampling
-    from slime.backends.embedded.weights import bucketize
+    from slime.hf.weights import bucketize
 
     buckets = bucketize(new, 4096)
     v = int(core.weight_version) + 1

@@ -111,7 +111,7 @@ def _wait_for_resumed(partial, armed: int):
 @pytest.fixture(scope="module")
 def stack(tiny, tmp_path_factory):
     """One embedded engine (HTTP) registered with our router, both in this process."""
-    from slime.backends.embedded.engine_core import EngineCore
+    from slime.inference.engine_core import EngineCore
     from slime.rollout.client import RouterAdmin
     from slime.rollout.engines.embedded import EngineServer
     from slime.rollout.router import RouterServer

@@ -37,7 +37,7 @@ def _info(url: str) -> dict:
 def engines(tiny):
     """A prefill, a decode and a regular embedded engine of the tiny model on 127.0.0.1."""
     torch = pytest.importorskip("torch")
-    from slime.backends.embedded.engine_core import EngineCore
+    from slime.inference.engine_core import EngineCore
     from slime.rollout.engines.embedded import EngineServer
 
     torch.set_num_threads(1)

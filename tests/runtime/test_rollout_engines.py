@@ -12,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from slime.backends.embedded.engine_core import EngineCore
+from slime.inference.engine_core import EngineCore
 from slime.rollout.client import EngineClient, RouterAdmin
 from slime.rollout.engines.embedded import EngineServer
 from slime.rollout.engines.external import check_engine

@@ -68,7 +68,7 @@ def test_router_refuses_a_list_of_sampling_params_and_takes_one_request_per_grou
     """Failure 1 of issue 18: the batched request (one sampling_params dict per prompt) is refused
     with 422; one request per prompt group (input_ids + its n) passes, and so does a list of
     prompts sharing one dict (plan_requests merges rows with equal params)."""
-    from slime.rollout.manager import plan_requests
+    from slime.rollout.generate import plan_requests
 
     client = EngineClient(router["url"])
     sp = {"max_new_tokens": 2, "n": 3, "sampling_seed": 5}

@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from slime.backends.embedded.engine_core import EngineCore
-from slime.backends.embedded.weights import bucketize, encode_bucket, named_weights
+from slime.hf.weights import bucketize, encode_bucket, named_weights
+from slime.inference.engine_core import EngineCore
 from slime.rollout.client import EngineClient
 from slime.rollout.engines.embedded import EngineServer
 from slime.training.loss import gather_log_probs
@@ -32,7 +32,7 @@ def engine(tiny):
 
 def _log_probs_under(core: EngineCore, weights: dict[str, torch.Tensor], prompt: list[int], out: list[int]):
     """The log-probs a model holding exactly `weights` gives the sampled tokens."""
-    from slime.backends.embedded.model import load_model
+    from slime.hf.model import load_model
 
     model = load_model(core.hf_checkpoint, weights).eval()
     ids = torch.tensor([prompt + out])

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import torch
 
-from slime.backends.embedded.engine_core import EngineCore
 from slime.backends.embedded.trainer import EmbeddedTrainer
-from slime.backends.embedded.weights import bucketize, encode_bucket
 from slime.config import BatchConfig, LossConfig, OptimConfig
 from slime.data.train_data import TrainRecord
+from slime.hf.weights import bucketize, encode_bucket
+from slime.inference.engine_core import EngineCore
 from slime.rollout.client import EngineClient
 from slime.rollout.engines.embedded import EngineServer
 

@@ -7,8 +7,8 @@ from typing import Any, Iterator
 import torch
 
 from slime.backends.embedded.trainer import EmbeddedTrainer, init_process_group
-from slime.backends.embedded.weights import bucketize
 from slime.backends.offload import DeviceOffloader, memory_figures, optimizer_tensors
+from slime.hf.weights import bucketize
 
 
 class EmbeddedBackend:
@@ -67,8 +67,8 @@ class EmbeddedBackend:
                                    self.trainer.optimizer.state_dict(), {**state, "rng": encode_rng()}))
 
     def load(self, path: str) -> None:
-        from slime.backends.embedded.weights import load_into
         from slime.checkpoint import resolve_checkpoint
+        from slime.hf.weights import load_into
 
         ckpt = resolve_checkpoint(path, "--load")
         load_into(self.trainer.module, ckpt.weights())

@@ -4,7 +4,8 @@ The embedded trainer is one HF model per data-parallel rank (DDP); the embedded 
 model per engine. Neither shards a model, so model-parallel flags meant for Megatron / SGLang are
 refused here with the reason, instead of being silently ignored. Each trainer backend declares
 its own checks in slime/backends/registry.py (the Megatron backend's live in
-slime/backends/megatron/capabilities.py); backend_capability_errors asks the chosen one.
+slime/backends/megatron/capabilities.py); the registry asks the chosen one, then the rollout
+engines' checks here (rollout_engine_errors).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ _SGLANG_SEMANTIC = ("speculative_algorithm", "kv_cache_dtype", "quantization", "
 # - the LR schedule: read into OptimConfig (slime/args.py) and run by slime/training/lr_schedule.py;
 EMBEDDED_READS_LR = ("lr_decay_style", "min_lr", "lr_warmup_iters", "lr_warmup_fraction", "lr_decay_iters")
 # - model-spec flags (MODEL_ARGS): the embedded trainer loads the model --hf-checkpoint/config.json
-#   describes, and these are compared with it before start (model_flag_errors, PAR-7);
+#   describes, and these are compared with it before start (slime.backends.registry.model_flag_errors, PAR-7);
 EMBEDDED_CHECKS_SPEC = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "group_query_attention",
     "num_query_groups", "kv_channels", "norm_epsilon", "rotary_base", "vocab_size",
@@ -72,13 +73,11 @@ def _int(v: Any) -> int | None:
         return None
 
 
-def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
-    """environment=False: judge the flags only, not what this machine has installed."""
+def rollout_engine_errors(cfg, environment: bool = True) -> list[str]:
+    """What the rollout engine (--rollout-backend) cannot honour; environment=False: judge the
+    flags only, not what this machine has installed."""
     e: list[str] = []
     c = cfg.cluster
-    from slime.backends.registry import capability_errors
-
-    e.extend(capability_errors(cfg))
     if environment and c.rollout_backend == "sglang" and not c.external:
         from slime.rollout.engines.sglang import sglang_available
 
@@ -103,7 +102,7 @@ def backend_capability_errors(cfg, environment: bool = True) -> list[str]:
     return e
 
 
-PD_MODEL_TYPES = ("llama", "qwen2", "qwen3")  # slime/backends/embedded/decoder.py's fast path (_SUPPORTED)
+PD_MODEL_TYPES = ("llama", "qwen2", "qwen3")  # slime/inference/decoder.py's fast path (_SUPPORTED)
 
 
 def _pd_group_errors(cfg) -> list[str]:
@@ -183,9 +182,10 @@ def embedded_megatron_flag_errors(megatron: dict) -> list[str]:
     return e
 
 
-def _spec_extra_mismatches(flags: dict, hf: dict) -> list[str]:
+def spec_extra_mismatches(megatron: dict, hf: dict) -> list[str]:
     """Spec flags the Megatron checker leaves to the model builder, checked here for the
     embedded trainer (which builds from config.json and would otherwise ignore them)."""
+    flags = {k: v for k, v in megatron.items() if k in EMBEDDED_CHECKS_SPEC}
     lines = []
     act = str(hf.get("hidden_act", "")).lower()
     if "swiglu" in flags and act and act not in ("silu", "swish"):
@@ -221,23 +221,3 @@ def _spec_extra_mismatches(flags: dict, hf: dict) -> list[str]:
         except (TypeError, ValueError):
             lines.append(f"--max-position-embeddings {mpe!r}: not an integer")
     return lines
-
-
-
-def model_flag_errors(cfg) -> list[str]:
-    """Model architecture flags (from scripts/models/*.sh) must match --hf-checkpoint/config.json;
-    slime.model_spec compares them (the same comparison the converters and ``check`` run)."""
-    if not cfg.model.hf_checkpoint:
-        return []
-    path = Path(cfg.model.hf_checkpoint) / "config.json"
-    if not path.exists():
-        return []
-    from slime.model_spec import flag_mismatches
-
-    hf = json.loads(path.read_text())
-    lines = [f"{m.key} = {m.config} in config.json, but the spec says {m.flag} {m.spec} ({m.field})"
-             for m in flag_mismatches(cfg.megatron, hf)]
-    if cfg.cluster.train_backend == "embedded":  # it builds from config.json: flags it would otherwise ignore
-        spec = {k: v for k, v in cfg.megatron.items() if k in EMBEDDED_CHECKS_SPEC}
-        lines += _spec_extra_mismatches(spec, hf)
-    return [f"{path}: {line}" for line in lines]

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from slime.backends.embedded.model import load_model, pick_device
 from slime.backends.embedded.trainer import Padded, init_process_group, pad_records
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.hf.model import load_model, pick_device
 from slime.training import lr_schedule
 from slime.training.loss import from_runtime, step_denominator, value_loss
 
@@ -86,8 +86,8 @@ class EmbeddedCritic:
     def build(cls, cfg, rank: int, world_size: int, master: tuple[str, int]) -> "EmbeddedCritic":
         from transformers import AutoTokenizer
 
-        from slime.backends.embedded.weights import load_into
         from slime.checkpoint import resolve_checkpoint, resolve_critic
+        from slime.hf.weights import load_into
 
         init_process_group(rank, world_size, master[0], master[1])
         torch.manual_seed(cfg.run.seed)
@@ -177,7 +177,7 @@ class EmbeddedCritic:
         return {}
 
     def named_weights(self) -> dict[str, torch.Tensor]:
-        from slime.backends.embedded.weights import named_weights
+        from slime.hf.weights import named_weights
 
         return named_weights(self.module)
 

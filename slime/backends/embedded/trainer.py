@@ -11,10 +11,10 @@ import torch
 import torch.distributed as dist
 
 from slime import estimators
-from slime.backends.embedded.model import load_model, pick_device
-from slime.backends.embedded.weights import named_weights
 from slime.config import BatchConfig, LossConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.hf.model import load_model, pick_device
+from slime.hf.weights import named_weights
 from slime.timeline import PhaseClock, trainer_metrics
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages

@@ -81,13 +81,13 @@ class MegatronBackend:
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         import torch.distributed as dist
 
-        from slime.checkpoint import FORMAT, MARKER, _atomic_write, encode_rng
+        from slime.checkpoint import FORMAT, MARKER, atomic_write, encode_rng
 
         out = self.trainer.save(root, iteration, tracker=False)
         if dist.get_rank() == 0:
-            _atomic_write(out / "state.json", json.dumps({**state, "rng": encode_rng(), "format": FORMAT + "+torch_dist",
+            atomic_write(out / "state.json", json.dumps({**state, "rng": encode_rng(), "format": FORMAT + "+torch_dist",
                                                           "iteration": iteration, "files": {}}, indent=1))
-            _atomic_write(Path(root) / MARKER, str(iteration))  # last: only now is the checkpoint visible
+            atomic_write(Path(root) / MARKER, str(iteration))  # last: only now is the checkpoint visible
         dist.barrier()
         return str(out)
 

@@ -8,7 +8,8 @@ build cannot use: refused."""
 from __future__ import annotations
 
 from slime import estimators
-from slime.backends.megatron.model_args import _bool, _int, builds_mtp, unsupported_flags
+from slime.backends.megatron.model_args import builds_mtp, unsupported_flags
+from slime.model_spec import flag_bool, flag_int
 from slime.refusals import declare
 
 _R = declare("megatron", {
@@ -31,17 +32,17 @@ def megatron_trainer_errors(cfg) -> list[str]:
     if missing:
         e.append(_R("model_flags", missing=", ".join("--" + k.replace("_", "-") for k in missing)))
     e.extend(unsupported_flags(m))
-    cp = _int(m, "context_parallel_size", 1) or 1
+    cp = flag_int(m, "context_parallel_size", 1) or 1
     if cp > 1:
         e.append(_R("context_parallel", cp=cp))
-    tp = _int(m, "tensor_model_parallel_size", 1) or 1
-    pp = _int(m, "pipeline_model_parallel_size", 1) or 1
+    tp = flag_int(m, "tensor_model_parallel_size", 1) or 1
+    pp = flag_int(m, "pipeline_model_parallel_size", 1) or 1
     ranks = cfg.cluster.num_trainer_ranks
     if ranks % (tp * pp * cp):
         e.append(_R("dp_whole", ranks=ranks, model=tp * pp * cp))
-    if _bool(m, "enable_mtp_training") and not builds_mtp(m):
+    if flag_bool(m, "enable_mtp_training") and not builds_mtp(m):
         e.append(_R("mtp_training"))
-    if "mtp_loss_scaling_factor" in m and not _bool(m, "enable_mtp_training"):
+    if "mtp_loss_scaling_factor" in m and not flag_bool(m, "enable_mtp_training"):
         e.append(_R("mtp_loss_scale", value=m["mtp_loss_scaling_factor"]))
     if estimators.of(cfg.loss).needs_critic:  # the registry's megatron entry has no critic
         e.append(_R("ppo_critic"))

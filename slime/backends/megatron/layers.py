@@ -249,9 +249,9 @@ def _mla_tp_class():
 
 
 def _norm_class(flags: Mapping[str, Any]):
-    from slime.model_spec import _bool
+    from slime.model_spec import flag_bool
 
-    return OnePlusRMSNorm if _bool(flags, "apply_layernorm_1p") else SPNorm
+    return OnePlusRMSNorm if flag_bool(flags, "apply_layernorm_1p") else SPNorm
 
 
 def hybrid_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp_stage: int | None = None):
@@ -344,7 +344,7 @@ def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp
     block of :func:`hybrid_block_spec` for a spec with linear-attention layers."""
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
-    from slime.model_spec import _bool
+    from slime.model_spec import flag_bool
 
     if getattr(config, "experimental_attention_variant", None) == "gated_delta_net":
         return hybrid_block_spec(flags, config, core_attention, vp_stage)
@@ -372,7 +372,7 @@ def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp
             spec.submodules.self_attention = dsa_attention_spec(config)  # its own (sparse) core attention
         elif core_attention is not None:
             spec.submodules.self_attention.submodules.core_attention = core_attention
-        if _bool(flags, "post_self_attn_layernorm") or _bool(flags, "post_mlp_layernorm"):
+        if flag_bool(flags, "post_self_attn_layernorm") or flag_bool(flags, "post_mlp_layernorm"):
             _sandwich(spec)
     return block
 

@@ -27,7 +27,7 @@ from slime.backends.megatron.model_args import (
     transformer_config_kwargs,
 )
 
-_DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
 
 def _free_port() -> int:
@@ -75,7 +75,7 @@ def make_config(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = N
 
     kw = transformer_config_kwargs(flags, megatron or {})
     kw["activation_func"] = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[kw["activation_func"]]
-    kw["params_dtype"] = _DTYPES[kw["params_dtype"]]
+    kw["params_dtype"] = DTYPES[kw["params_dtype"]]
     kw["pipeline_dtype"] = kw["params_dtype"]  # what pipeline stages send each other
     kw.update(overrides)
     cls = MLATransformerConfig if is_mla(flags) else TransformerConfig
@@ -369,16 +369,16 @@ def hf_config_from_flags(flags: Mapping[str, Any]) -> dict[str, Any]:
     """A config.json for the dense model when no HF template directory is given."""
     d = hm.dims_from_flags(flags)
     qwen = d.qkv_bias
-    from slime.backends.megatron.model_args import _float, _int
+    from slime.model_spec import flag_float, flag_int
 
     return {
         "architectures": ["Qwen2ForCausalLM" if qwen else "LlamaForCausalLM"],
         "model_type": "qwen2" if qwen else "llama",
-        "hidden_size": d.hidden, "intermediate_size": _int(flags, "ffn_hidden_size"),
+        "hidden_size": d.hidden, "intermediate_size": flag_int(flags, "ffn_hidden_size"),
         "num_hidden_layers": d.num_layers, "num_attention_heads": d.heads,
         "num_key_value_heads": d.groups, "head_dim": d.head_dim, "vocab_size": d.vocab,
-        "rms_norm_eps": _float(flags, "norm_epsilon", 1e-6), "rope_theta": _float(flags, "rotary_base", 10000.0),
-        "max_position_embeddings": _int(flags, "max_position_embeddings", 32768),
+        "rms_norm_eps": flag_float(flags, "norm_epsilon", 1e-6), "rope_theta": flag_float(flags, "rotary_base", 10000.0),
+        "max_position_embeddings": flag_int(flags, "max_position_embeddings", 32768),
         "tie_word_embeddings": d.tied, "hidden_act": "silu", "torch_dtype": "bfloat16",
         **({} if qwen else {"attention_bias": False, "mlp_bias": False}),
     }

@@ -22,10 +22,10 @@ from typing import Any, Mapping
 # home for model facts); the names below stay importable from here for the backend's callers.
 from slime.model_spec import (  # noqa: E402,F401
     ConfigMismatchError,  # noqa: E402,F401
-    _bool,
-    _float,
-    _int,
     expand_layer_pattern,
+    flag_bool,
+    flag_float,
+    flag_int,
     flags_from_argv,
     load_flags,
     model_args_from_text,
@@ -70,13 +70,13 @@ _S = declare("megatron.spec", {
 
 
 def unsupported_flags(flags: Mapping[str, Any]) -> list[str]:
-    out = [_R(k) for k in UNSUPPORTED if _bool(flags, k)]
+    out = [_R(k) for k in UNSUPPORTED if flag_bool(flags, k)]
     variant = flags.get("hybrid_linear_attention")
     if variant not in (None, False) and linear_attention_variant(flags) not in LINEAR_ATTENTION_VARIANTS:
         out.append(_R("linear_attention_variant", variant=linear_attention_variant(flags),
                       built=", ".join(LINEAR_ATTENTION_VARIANTS)))
-    if is_hybrid(flags) and (_int(flags, "mtp_num_layers", 0) or 0) > 1:
-        out.append(_R("hybrid_mtp_depths", n=_int(flags, "mtp_num_layers")))
+    if is_hybrid(flags) and (flag_int(flags, "mtp_num_layers", 0) or 0) > 1:
+        out.append(_R("hybrid_mtp_depths", n=flag_int(flags, "mtp_num_layers")))
     return out
 
 
@@ -98,26 +98,26 @@ def builds_mtp(flags: Mapping[str, Any]) -> bool:
 
     Not for a DSA model (GLM-5): its MTP layer's indexer placement is not mapped, so those
     tensors are carried unchanged next to the checkpoint (hf_mapping.carried_hf_names)."""
-    return (_int(flags, "mtp_num_layers", 0) or 0) > 0 and not _bool(flags, "enable_dsa_indexer")
+    return (flag_int(flags, "mtp_num_layers", 0) or 0) > 0 and not flag_bool(flags, "enable_dsa_indexer")
 
 
 def is_moe(flags: Mapping[str, Any]) -> bool:
-    return (_int(flags, "num_experts", 0) or 0) > 0
+    return (flag_int(flags, "num_experts", 0) or 0) > 0
 
 
 def is_mla(flags: Mapping[str, Any]) -> bool:
-    return _bool(flags, "multi_latent_attention")
+    return flag_bool(flags, "multi_latent_attention")
 
 
 def num_query_groups(flags: Mapping[str, Any]) -> int:
-    heads = _int(flags, "num_attention_heads")
-    if _bool(flags, "group_query_attention") or "num_query_groups" in flags:
-        return _int(flags, "num_query_groups", heads)
+    heads = flag_int(flags, "num_attention_heads")
+    if flag_bool(flags, "group_query_attention") or "num_query_groups" in flags:
+        return flag_int(flags, "num_query_groups", heads)
     return heads
 
 
 def kv_channels(flags: Mapping[str, Any]) -> int:
-    return _int(flags, "kv_channels") or _int(flags, "hidden_size") // _int(flags, "num_attention_heads")
+    return flag_int(flags, "kv_channels") or flag_int(flags, "hidden_size") // flag_int(flags, "num_attention_heads")
 
 
 def padded_vocab_size(flags: Mapping[str, Any], tp: int = 1) -> int:
@@ -126,10 +126,10 @@ def padded_vocab_size(flags: Mapping[str, Any], tp: int = 1) -> int:
     The padded rows are zeros on conversion, dropped on export, and masked out of the softmax by
     the trainer, so log-probs equal the HF model's.
     """
-    vocab = _int(flags, "vocab_size")
+    vocab = flag_int(flags, "vocab_size")
     if vocab is None:
         raise ModelArgsError(_S("lacks", flags="--vocab-size"))
-    div = (_int(flags, "make_vocab_size_divisible_by", 128) or 1) * tp
+    div = (flag_int(flags, "make_vocab_size_divisible_by", 128) or 1) * tp
     return int(math.ceil(vocab / div) * div)
 
 
@@ -144,34 +144,34 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
     if bad:
         raise ModelArgsError(_S("cannot_build", reasons="; ".join(bad)))
     _require(flags, "num_layers", "hidden_size", "num_attention_heads")
-    num_layers = _int(flags, "num_layers")
-    hidden = _int(flags, "hidden_size")
+    num_layers = flag_int(flags, "num_layers")
+    hidden = flag_int(flags, "hidden_size")
     kw: dict[str, Any] = {
         "num_layers": num_layers,
         "hidden_size": hidden,
-        "ffn_hidden_size": _int(flags, "ffn_hidden_size", 4 * hidden),
-        "num_attention_heads": _int(flags, "num_attention_heads"),
+        "ffn_hidden_size": flag_int(flags, "ffn_hidden_size", 4 * hidden),
+        "num_attention_heads": flag_int(flags, "num_attention_heads"),
         "num_query_groups": num_query_groups(flags),
         "kv_channels": kv_channels(flags),
         "normalization": str(flags.get("normalization", "LayerNorm")),
-        "layernorm_epsilon": _float(flags, "norm_epsilon", 1e-5),
-        "layernorm_zero_centered_gamma": _bool(flags, "apply_layernorm_1p"),
-        "gated_linear_unit": _bool(flags, "swiglu"),
-        "activation_func": "silu" if _bool(flags, "swiglu") else "gelu",
-        "add_bias_linear": not _bool(flags, "disable_bias_linear"),
-        "add_qkv_bias": _bool(flags, "add_qkv_bias") or not _bool(flags, "disable_bias_linear"),
-        "qk_layernorm": _bool(flags, "qk_layernorm"),
-        "attention_output_gate": _bool(flags, "attention_output_gate"),
-        "rotary_interleaved": _bool(flags, "rotary_interleaved"),
+        "layernorm_epsilon": flag_float(flags, "norm_epsilon", 1e-5),
+        "layernorm_zero_centered_gamma": flag_bool(flags, "apply_layernorm_1p"),
+        "gated_linear_unit": flag_bool(flags, "swiglu"),
+        "activation_func": "silu" if flag_bool(flags, "swiglu") else "gelu",
+        "add_bias_linear": not flag_bool(flags, "disable_bias_linear"),
+        "add_qkv_bias": flag_bool(flags, "add_qkv_bias") or not flag_bool(flags, "disable_bias_linear"),
+        "qk_layernorm": flag_bool(flags, "qk_layernorm"),
+        "attention_output_gate": flag_bool(flags, "attention_output_gate"),
+        "rotary_interleaved": flag_bool(flags, "rotary_interleaved"),
         # RL fine-tuning runs without dropout unless the spec asks for it (Megatron-LM's 0.1
         # default would make the train/rollout log-probs disagree by construction).
-        "attention_dropout": _float(flags, "attention_dropout", 0.0),
-        "hidden_dropout": _float(flags, "hidden_dropout", 0.0),
+        "attention_dropout": flag_float(flags, "attention_dropout", 0.0),
+        "hidden_dropout": flag_float(flags, "hidden_dropout", 0.0),
         "attention_softmax_in_fp32": True,
-        "bf16": not _bool(flags, "fp16"),
-        "fp16": _bool(flags, "fp16"),
-        "params_dtype": "float16" if _bool(flags, "fp16") else "bfloat16",
-        "bias_activation_fusion": _bool(flags, "swiglu"),
+        "bf16": not flag_bool(flags, "fp16"),
+        "fp16": flag_bool(flags, "fp16"),
+        "params_dtype": "float16" if flag_bool(flags, "fp16") else "bfloat16",
+        "bias_activation_fusion": flag_bool(flags, "swiglu"),
         "masked_softmax_fusion": False,
         "apply_rope_fusion": False,  # the fused rope kernel is Transformer Engine's
         "gradient_accumulation_fusion": False,  # needs apex / TE's fused wgrad kernel
@@ -182,12 +182,12 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
         "moe_token_dispatcher_type": str(flags.get("moe_token_dispatcher_type", "alltoall")),
     }
     if is_moe(flags):
-        kw["num_moe_experts"] = _int(flags, "num_experts")
+        kw["num_moe_experts"] = flag_int(flags, "num_experts")
         kw["moe_layer_freq"] = parse_layer_pattern(flags.get("moe_layer_freq", 1), num_layers)
-        for key, conv in (("moe_router_topk", _int), ("moe_ffn_hidden_size", _int),
-                          ("moe_shared_expert_intermediate_size", _int), ("moe_router_topk_scaling_factor", _float),
-                          ("moe_router_num_groups", _int), ("moe_router_group_topk", _int),
-                          ("moe_aux_loss_coeff", _float), ("moe_router_bias_update_rate", _float)):
+        for key, conv in (("moe_router_topk", flag_int), ("moe_ffn_hidden_size", flag_int),
+                          ("moe_shared_expert_intermediate_size", flag_int), ("moe_router_topk_scaling_factor", flag_float),
+                          ("moe_router_num_groups", flag_int), ("moe_router_group_topk", flag_int),
+                          ("moe_aux_loss_coeff", flag_float), ("moe_router_bias_update_rate", flag_float)):
             if key in flags:
                 kw[key] = conv(flags, key)
         # Routing in fp32 (the HF models route in fp32) and no auxiliary balancing loss in RL unless
@@ -200,13 +200,13 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
                 kw[key] = str(flags[key])
         for key in ("moe_router_enable_expert_bias", "moe_grouped_gemm", "moe_permute_fusion"):
             if key in flags:
-                kw[key] = _bool(flags, key)
+                kw[key] = flag_bool(flags, key)
     if builds_mtp(flags):
         # megatron-core's MTP block (layers.mtp_block_spec). Its loss trains the MTP layer only
         # (detached heads: the policy's hidden states, embedding and output layer get no gradient
         # from it), and only with --enable-mtp-training; the trainer skips the block otherwise.
-        kw["mtp_num_layers"] = _int(flags, "mtp_num_layers")
-        kw["mtp_loss_scaling_factor"] = _float(flags, "mtp_loss_scaling_factor", MTP_LOSS_SCALING_DEFAULT)
+        kw["mtp_num_layers"] = flag_int(flags, "mtp_num_layers")
+        kw["mtp_loss_scaling_factor"] = flag_float(flags, "mtp_loss_scaling_factor", MTP_LOSS_SCALING_DEFAULT)
         kw["mtp_detach_heads"] = True
     if is_hybrid(flags):
         # Gated DeltaNet layers between full-attention layers: megatron-core's own GatedDeltaNet,
@@ -219,19 +219,19 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
                                                                 "--linear-attention-freq"))
         for key in ("linear_conv_kernel_dim", "linear_key_head_dim", "linear_value_head_dim",
                     "linear_num_key_heads", "linear_num_value_heads"):
-            kw[key] = _int(flags, key)
-    if _bool(flags, "enable_dsa_indexer"):
+            kw[key] = flag_int(flags, key)
+    if flag_bool(flags, "enable_dsa_indexer"):
         # GLM-5's sparse attention: megatron-core's DSA indexer on absorbed MLA. The published
         # indexer scores with ReLU, ropes its first dims interleaved and has no Hadamard rotation;
         # its key norm is a LayerNorm with eps 1e-6. No indexer loss in RL (the indexer is not
         # trained by the policy loss, as in the reference recipes), no fused kernels.
         _require(flags, "multi_latent_attention", "index_n_heads", "index_head_dim", "index_topk")
         kw["experimental_attention_variant"] = "dsa"
-        kw["dsa_indexer_n_heads"] = _int(flags, "index_n_heads")
-        kw["dsa_indexer_head_dim"] = _int(flags, "index_head_dim")
-        kw["dsa_indexer_topk"] = _int(flags, "index_topk")
-        kw["dsa_indexer_topk_freq"] = _int(flags, "index_topk_freq", 1)
-        kw["dsa_indexer_skip_topk_offset"] = _int(flags, "index_skip_topk_offset", 0)
+        kw["dsa_indexer_n_heads"] = flag_int(flags, "index_n_heads")
+        kw["dsa_indexer_head_dim"] = flag_int(flags, "index_head_dim")
+        kw["dsa_indexer_topk"] = flag_int(flags, "index_topk")
+        kw["dsa_indexer_topk_freq"] = flag_int(flags, "index_topk_freq", 1)
+        kw["dsa_indexer_skip_topk_offset"] = flag_int(flags, "index_skip_topk_offset", 0)
         kw["dsa_indexer_rope_interleaved"] = True
         kw["dsa_indexer_rotate_activation"] = False
         kw["dsa_indexer_scoring_relu"] = True
@@ -239,20 +239,20 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
         kw["dsa_kernel_backend"] = "none"
     if is_mla(flags):
         _require(flags, "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
-        kw["q_lora_rank"] = _int(flags, "q_lora_rank")  # None: no q compression
+        kw["q_lora_rank"] = flag_int(flags, "q_lora_rank")  # None: no q compression
         for key in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"):
-            kw[key] = _int(flags, key)
-        kw["rotary_base"] = _float(flags, "rotary_base", 10000.0)
-        kw["rotary_percent"] = _float(flags, "rotary_percent", 1.0)
+            kw[key] = flag_int(flags, key)
+        kw["rotary_base"] = flag_float(flags, "rotary_base", 10000.0)
+        kw["rotary_percent"] = flag_float(flags, "rotary_percent", 1.0)
         if "rotary_scaling_factor" in flags:
             kw["rope_type"] = "yarn"
-            kw["rotary_scaling_factor"] = _float(flags, "rotary_scaling_factor")
+            kw["rotary_scaling_factor"] = flag_float(flags, "rotary_scaling_factor")
         else:  # MLATransformerConfig defaults to YaRN x40; a spec without a factor means plain rope
             kw["rope_type"] = "rope"
             kw["rotary_scaling_factor"] = 1.0
         for key in ("mscale", "mscale_all_dim"):
             if key in flags:
-                kw[key] = _float(flags, key)
+                kw[key] = flag_float(flags, key)
     kw.update(parallel_kwargs(parallel or {}))
     kw.update(recompute_kwargs(parallel or {}))
     return kw
@@ -260,25 +260,25 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
 
 def gpt_model_kwargs(flags: Mapping[str, Any], tp: int = 1) -> dict[str, Any]:
     """kwargs for ``GPTModel`` besides config and layer spec."""
-    pos = str(flags.get("position_embedding_type", "rope" if _bool(flags, "use_rotary_position_embeddings") else "learned_absolute"))
+    pos = str(flags.get("position_embedding_type", "rope" if flag_bool(flags, "use_rotary_position_embeddings") else "learned_absolute"))
     if is_mla(flags):
         pos = "none"  # MLA applies its own (YaRN) rotary inside the attention
     return {
         "vocab_size": padded_vocab_size(flags, tp),
-        "max_sequence_length": _int(flags, "max_position_embeddings", _int(flags, "seq_length", 4096)),
+        "max_sequence_length": flag_int(flags, "max_position_embeddings", flag_int(flags, "seq_length", 4096)),
         "position_embedding_type": pos,
-        "rotary_percent": _float(flags, "rotary_percent", 1.0),
-        "rotary_base": int(_float(flags, "rotary_base", 10000.0)),
-        "share_embeddings_and_output_weights": not _bool(flags, "untie_embeddings_and_output_weights"),
+        "rotary_percent": flag_float(flags, "rotary_percent", 1.0),
+        "rotary_base": int(flag_float(flags, "rotary_base", 10000.0)),
+        "share_embeddings_and_output_weights": not flag_bool(flags, "untie_embeddings_and_output_weights"),
     }
 
 
 def layer_spec_kwargs(flags: Mapping[str, Any]) -> dict[str, Any]:
     """kwargs for megatron-core's ``get_gpt_layer_local_spec``."""
     return {
-        "num_experts": _int(flags, "num_experts") if is_moe(flags) else None,
-        "moe_grouped_gemm": _bool(flags, "moe_grouped_gemm"),
-        "qk_layernorm": _bool(flags, "qk_layernorm"),
+        "num_experts": flag_int(flags, "num_experts") if is_moe(flags) else None,
+        "moe_grouped_gemm": flag_bool(flags, "moe_grouped_gemm"),
+        "qk_layernorm": flag_bool(flags, "qk_layernorm"),
         "multi_latent_attention": is_mla(flags),
         "normalization": str(flags.get("normalization", "LayerNorm")),
     }
@@ -289,22 +289,22 @@ def layer_spec_kwargs(flags: Mapping[str, Any]) -> dict[str, Any]:
 
 def parallel_kwargs(megatron: Mapping[str, Any]) -> dict[str, Any]:
     kw = {
-        "tensor_model_parallel_size": _int(megatron, "tensor_model_parallel_size", 1),
-        "pipeline_model_parallel_size": _int(megatron, "pipeline_model_parallel_size", 1),
-        "context_parallel_size": _int(megatron, "context_parallel_size", 1),
-        "expert_model_parallel_size": _int(megatron, "expert_model_parallel_size", 1),
-        "sequence_parallel": _bool(megatron, "sequence_parallel"),
+        "tensor_model_parallel_size": flag_int(megatron, "tensor_model_parallel_size", 1),
+        "pipeline_model_parallel_size": flag_int(megatron, "pipeline_model_parallel_size", 1),
+        "context_parallel_size": flag_int(megatron, "context_parallel_size", 1),
+        "expert_model_parallel_size": flag_int(megatron, "expert_model_parallel_size", 1),
+        "sequence_parallel": flag_bool(megatron, "sequence_parallel"),
     }
-    etp = _int(megatron, "expert_tensor_parallel_size")
+    etp = flag_int(megatron, "expert_tensor_parallel_size")
     if etp is not None:
         kw["expert_tensor_parallel_size"] = etp
-    vpp = _int(megatron, "virtual_pipeline_model_parallel_size")
+    vpp = flag_int(megatron, "virtual_pipeline_model_parallel_size")
     if vpp is not None:
         kw["virtual_pipeline_model_parallel_size"] = vpp
     for flag, key in (("decoder_first_pipeline_num_layers", "num_layers_in_first_pipeline_stage"),
                       ("decoder_last_pipeline_num_layers", "num_layers_in_last_pipeline_stage")):
         if flag in megatron:
-            kw[key] = _int(megatron, flag)
+            kw[key] = flag_int(megatron, flag)
     if kw["tensor_model_parallel_size"] == 1:
         kw["sequence_parallel"] = False  # meaningless without TP; megatron-core asserts on it
     return kw
@@ -319,7 +319,7 @@ def recompute_kwargs(megatron: Mapping[str, Any]) -> dict[str, Any]:
     kw: dict[str, Any] = {"recompute_granularity": gran}
     if gran == "full":
         kw["recompute_method"] = str(megatron.get("recompute_method", "uniform"))
-        kw["recompute_num_layers"] = _int(megatron, "recompute_num_layers", 1)
+        kw["recompute_num_layers"] = flag_int(megatron, "recompute_num_layers", 1)
     return kw
 
 
@@ -335,25 +335,25 @@ def optimizer_kwargs(megatron: Mapping[str, Any], optim: Any) -> dict[str, Any]:
     non-leaf views, "can't optimize a non-leaf Tensor"). ``--use-precision-aware-optimizer`` is
     passed through only when given.
     """
-    offload = _bool(megatron, "optimizer_cpu_offload")
+    offload = flag_bool(megatron, "optimizer_cpu_offload")
     distributed = megatron.get("use_distributed_optimizer", True) not in (False, "false", "False", "0")
     kw = {
         "optimizer": str(megatron.get("optimizer", "adam")),
         "lr": float(getattr(optim, "lr", 1e-6)),
-        "min_lr": _float(megatron, "min_lr", 0.0),
+        "min_lr": flag_float(megatron, "min_lr", 0.0),
         "weight_decay": float(getattr(optim, "weight_decay", 0.0)),
         "adam_beta1": float(getattr(optim, "adam_beta1", 0.9)),
         "adam_beta2": float(getattr(optim, "adam_beta2", 0.98)),
         "adam_eps": float(getattr(optim, "adam_eps", 1e-8)),
         "clip_grad": float(getattr(optim, "clip_grad", 1.0)),
-        "bf16": not _bool(megatron, "fp16"),
-        "fp16": _bool(megatron, "fp16"),
-        "params_dtype": "float16" if _bool(megatron, "fp16") else "bfloat16",
+        "bf16": not flag_bool(megatron, "fp16"),
+        "fp16": flag_bool(megatron, "fp16"),
+        "params_dtype": "float16" if flag_bool(megatron, "fp16") else "bfloat16",
         "use_distributed_optimizer": distributed or offload,
         "optimizer_cpu_offload": offload,
-        "optimizer_offload_fraction": _float(megatron, "optimizer_offload_fraction", 1.0 if offload else 0.0),
-        "overlap_cpu_optimizer_d2h_h2d": _bool(megatron, "overlap_cpu_optimizer_d2h_h2d"),
-        "use_precision_aware_optimizer": _bool(megatron, "use_precision_aware_optimizer"),
+        "optimizer_offload_fraction": flag_float(megatron, "optimizer_offload_fraction", 1.0 if offload else 0.0),
+        "overlap_cpu_optimizer_d2h_h2d": flag_bool(megatron, "overlap_cpu_optimizer_d2h_h2d"),
+        "use_precision_aware_optimizer": flag_bool(megatron, "use_precision_aware_optimizer"),
     }
     return kw
 

@@ -31,8 +31,6 @@ from slime.backends.megatron import model as mm
 from slime.backends.megatron.convert import checkpoint_subdir, load_model_checkpoint, write_tracker
 from slime.backends.megatron.determinism import install_fixed_order_moe_combine
 from slime.backends.megatron.model_args import (
-    _bool,
-    _int,
     builds_mtp,
     check_hf_config,
     load_flags,
@@ -41,6 +39,7 @@ from slime.backends.megatron.model_args import (
 )
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
+from slime.model_spec import flag_bool, flag_int
 from slime.timeline import PhaseClock, trainer_metrics
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
@@ -181,7 +180,7 @@ class MegatronTrainer:
         module = mm.build_model(self.flags, self.flags, attention=attention, cpu=on_cpu, **cpu_mode.config_overrides())
         # The MTP layer (the draft SGLang's EAGLE reads) trains on its own loss only with
         # --enable-mtp-training; otherwise it is frozen and skipped, and weight sync sends it unchanged.
-        self.mtp_training = builds_mtp(self.flags) and _bool(self.flags, "enable_mtp_training")
+        self.mtp_training = builds_mtp(self.flags) and flag_bool(self.flags, "enable_mtp_training")
         if not self.mtp_training:
             mm.freeze_mtp(module)
         self.config = module.config
@@ -189,7 +188,7 @@ class MegatronTrainer:
         if on_cpu:  # float32 throughout, as the model config above; the distributed optimizer
             # accepts torch.cuda.*Tensor parameters only (distrib_optimizer.py), so each rank keeps Adam whole
             okw.update(bf16=False, fp16=False, params_dtype="float32", use_distributed_optimizer=False)
-        okw["params_dtype"] = mm._DTYPES[okw["params_dtype"]]
+        okw["params_dtype"] = mm.DTYPES[okw["params_dtype"]]
         self.opt_config = OptimizerConfig(**okw)
         _cast_params(module, okw["params_dtype"])
         ddp_config = DistributedDataParallelConfig(
@@ -263,7 +262,7 @@ class MegatronTrainer:
     # -- log-probs from logits ----------------------------------------------------------------------
     def _response_log_probs(self, logits: torch.Tensor, pack: Pack, with_entropy: bool = False):
         """logits [1, t, V_local] -> (log-probs [n_resp] float32, entropy [n_resp] or None)."""
-        vocab = _int(self.flags, "vocab_size")
+        vocab = flag_int(self.flags, "vocab_size")
         rows = logits[0].index_select(0, pack.logit_rows)
         temp = self.loss_cfg.temperature
         if self.ps.get_tensor_model_parallel_world_size() == 1:

@@ -1,5 +1,5 @@
 """The embedded engine's HTTP server: the SGLang protocol subset of sglang-protocol.md in front
-of slime.backends.embedded.engine_core.EngineCore. FastAPI + uvicorn in a background thread,
+of slime.inference.engine_core.EngineCore. FastAPI + uvicorn in a background thread,
 bound to 127.0.0.1 on a free port (a Ray actor hosts it: slime/ray/actors.py).
 
 Weight hand-off formats of POST /update_weights_from_tensor (one entry in
@@ -52,8 +52,8 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest, new_rid
-from slime.backends.embedded.sampler import RowParams
+from slime.inference.engine_core import EngineCore, EngineError, GenerateRequest, new_rid
+from slime.inference.sampler import RowParams
 from slime.rollout.http_thread import ThreadedServer, free_port  # noqa: F401  (free_port: re-exported)
 
 SUPPORTED_UPDATES = ["update_weights_from_disk", "update_weights_from_tensor", "init_weights_update_group",

@@ -39,7 +39,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from slime.backends.embedded.engine_core import EngineCore, EngineError, GenerateRequest
+from slime.inference.engine_core import EngineCore, EngineError, GenerateRequest
 
 PD_FIELDS = ("bootstrap_host", "bootstrap_port", "bootstrap_room")
 MODES = ("prefill", "decode")
@@ -74,7 +74,7 @@ class PDRole:
 
     def __init__(self, core: EngineCore, mode: str, host: str = "127.0.0.1", backend: str = "mooncake",
                  ib_device: str = "", timeout_s: float = 300.0):
-        from slime.backends.embedded.decoder import SlotDecoder
+        from slime.inference.decoder import SlotDecoder
 
         # the flag checks (slime/backends/embedded/capabilities.py) refuse these before start
         if mode not in MODES:

@@ -289,7 +289,7 @@ def sglang_available() -> bool:
 
 
 # -- the GPU launch path ---------------------------------------------------------------------------
-def _sglang_engine_actor_cls():
+def sglang_engine_actor_cls():
     import ray
 
     @ray.remote
@@ -352,7 +352,7 @@ def _sglang_engine_actor_cls():
 
                 named = list(open_bucket(payload).items())
             else:
-                from slime.backends.embedded.weights import decode_bucket
+                from slime.hf.weights import decode_bucket
 
                 named = list(decode_bucket(payload).items())
             data = MultiprocessingSerializer.serialize(named, output_str=True)

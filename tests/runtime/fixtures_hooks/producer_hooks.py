@@ -11,12 +11,12 @@ from typing import Any
 
 
 async def slow_generate(args: Any, sample: Any, sampling_params: dict) -> Any:
-    from slime.rollout.manager import _fill
+    from slime.rollout.generate import fill_sample
 
     markers = Path(args.rollout.queue_dir).parent / "markers"
     markers.mkdir(exist_ok=True)
     (markers / f"{sample.sample_id.replace('/', '_')}-{os.getpid()}-{time.monotonic_ns()}").touch()
     await asyncio.sleep(0.5)  # a window in which the test kills the producer mid-group
     outs = await asyncio.to_thread(args.client.generate, [list(sample.prompt_tokens)], sampling_params)
-    _fill(sample, outs[0])
+    fill_sample(sample, outs[0])
     return sample

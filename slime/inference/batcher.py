@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from slime.backends.embedded.decoder import (
+from slime.inference.decoder import (
     RecomputeDecoder,
     SlotDecoder,
     fast_path_supported,
 )
-from slime.backends.embedded.sampler import (
+from slime.inference.sampler import (
     RowParams,
     RowResult,
     TruncationPlan,

@@ -12,10 +12,10 @@ from typing import Any
 
 import torch
 
-from slime.backends.embedded.batcher import ContinuousBatcher
-from slime.backends.embedded.model import eos_token_ids, load_model, load_tokenizer, pick_device
-from slime.backends.embedded.sampler import RowParams, RowResult
-from slime.backends.embedded.weights import decode_bucket, load_into, read_weights_dir
+from slime.hf.model import eos_token_ids, load_model, load_tokenizer, pick_device
+from slime.hf.weights import decode_bucket, load_into, read_weights_dir
+from slime.inference.batcher import ContinuousBatcher
+from slime.inference.sampler import RowParams, RowResult
 
 
 class EngineError(Exception):

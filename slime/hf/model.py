@@ -28,7 +28,7 @@ def load_model(hf_checkpoint: str, weights: dict[str, torch.Tensor] | None = Non
 
     hf_logging.disable_progress_bar()  # one bar per load floods every actor's log
 
-    from slime.backends.embedded.weights import load_into
+    from slime.hf.weights import load_into
 
     device = device or pick_device()
     if weights is None:
