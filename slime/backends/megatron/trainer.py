@@ -16,6 +16,7 @@ Engine), which this build does not have: it is refused at start-up.
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -57,6 +58,39 @@ from slime.training.loss import (
 # ShardedTensors, which its own checkpointing now refuses; dp_reshardable is Megatron-LM's default.
 # Model weights reshard freely on load; optimizer state resumes at the same data-parallel size.
 OPTIM_CKPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
+# What save() records next to the torch_dist files: the layout the optimizer state was written at.
+LAYOUT_FILE = "slime_layout.json"
+_LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp")
+
+
+def optimizer_resume_refusal(saved: Mapping[str, Any] | None, now: Mapping[str, Any]) -> str | None:
+    """Why the optimizer state of a checkpoint cannot be loaded at this layout, or None.
+
+    The distributed optimizer's state is written as megatron-core's ``dp_reshardable`` buffers:
+    flat per-bucket shards whose layout follows TP, PP, EP, expert-TP, CP and virtual PP, so it
+    loads at another data-parallel size only (megatron-core's own words). Any other change would
+    pair Adam moments with the wrong weights, or fail deep in the loader; it is refused here with
+    both ways forward. The non-distributed optimizer (the CPU mode's) keeps one state tensor per
+    parameter, which reshards like the weights, as long as the parameters are grouped into the
+    same number of optimizers (megatron-core chains a separate one for the routed experts at EP > 1).
+    A checkpoint without the record (older saves) is taken as it is."""
+    if not saved:
+        return None
+    if saved.get("optimizers", 1) != now.get("optimizers", 1):
+        return (f"--load: the checkpoint's optimizer state is {saved.get('optimizers')} optimizer(s) and this layout "
+                f"builds {now.get('optimizers')} (EP {saved.get('ep')} -> {now.get('ep')}): megatron-core keeps the "
+                "routed experts' Adam state in an optimizer of its own when EP > 1, and one optimizer holds every "
+                "parameter at EP 1; it cannot map one state onto the other. Resume at EP > 1 again, or add "
+                "--no-load-optim to resume the weights alone (Adam's moments restart)")
+    if not saved.get("distributed_optimizer") or not now.get("distributed_optimizer"):
+        return None
+    diff = [k for k in _LAYOUT_KEYS if saved.get(k) != now.get(k)]
+    if not diff:
+        return None
+    show = ", ".join(f"{k.upper()} {saved.get(k)} -> {now.get(k)}" for k in diff)
+    return (f"--load: the checkpoint's distributed-optimizer state was saved at another layout ({show}); it "
+            "reshards over data parallelism only (megatron-core's dp_reshardable). Resume at the saved layout, "
+            "or add --no-load-optim to resume the weights alone (Adam's moments restart)")
 
 
 def _cast_params(module: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -178,7 +212,9 @@ class MegatronTrainer:
         self.device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
         # the actor's, old and reference passes must sum each token's experts in one order (determinism.py)
         install_fixed_order_moe_combine()
-        module = mm.build_model(self.flags, self.flags, attention=attention, cpu=on_cpu, **cpu_mode.config_overrides())
+        with cpu_mode.cuda_to_cpu():
+            module = mm.build_model(self.flags, self.flags, attention=attention, cpu=on_cpu,
+                                    **cpu_mode.config_overrides())
         # The MTP layer (the draft SGLang's EAGLE reads) trains on its own loss only with
         # --enable-mtp-training; otherwise it is frozen and skipped, and weight sync sends it unchanged.
         self.mtp_training = builds_mtp(self.flags) and _bool(self.flags, "enable_mtp_training")
@@ -492,12 +528,15 @@ class MegatronTrainer:
         global rank 0; every rank must iterate (collectives inside: export.py), the others get
         nothing. On the training device; weight sync broadcasts them or moves them to the CPU.
         ``dtype``: bf16 on GPUs (what the engines load); float32, the CPU mode's dtype, on CPU."""
+        from slime.backends.megatron import hf_mapping as hm
         from slime.backends.megatron.export import gather_to_rank0, owner_rule
 
         if dtype is None:
             dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         local = mm.bucketed(mm.iter_hf_tensors(self.model, self.flags, dtype=dtype), bucket_bytes)
-        return gather_to_rank0(local, owner_rule(), self.device)
+        # every tensor of the model, MTP included: rank 0 refuses an export that lacks one
+        expected = set(hm.iter_hf_names(hm.dims_from_flags(self.flags)))
+        return gather_to_rank0(local, owner_rule(), self.device, expected)
 
     def named_weights(self) -> dict[str, torch.Tensor]:
         """All HF-named weights on the CPU (the embedded trainer's hand-off form) on rank 0, {}
@@ -524,10 +563,19 @@ class MegatronTrainer:
             state["optimizer"] = self.optimizer.sharded_state_dict(model_sd, metadata=OPTIM_CKPT_METADATA)
             state["opt_param_scheduler"] = self.scheduler.state_dict()
         dist_checkpointing.save(state, str(out))
+        if dist.get_rank() == 0:
+            (out / LAYOUT_FILE).write_text(json.dumps(self._layout()))
         dist.barrier()
         if tracker and dist.get_rank() == 0:
             write_tracker(save_dir, it)
         return out
+
+    def _layout(self) -> dict[str, Any]:
+        """The parallel layout the optimizer state is written at (LAYOUT_FILE)."""
+        values = mm.current_layout()
+        return {**dict(zip(_LAYOUT_KEYS, values)), "dp": self.dp_size,
+                "distributed_optimizer": bool(self.opt_config.use_distributed_optimizer),
+                "optimizers": len(getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer])}
 
     def _materialise_optimizer_state(self) -> None:
         """Give every parameter of a fresh optimizer an Adam state (zeros, step 0) before a load.
@@ -572,6 +620,11 @@ class MegatronTrainer:
         model_sd = mm.unwrap(self.model).sharded_state_dict()
         request: dict[str, Any] = {"model": model_sd}
         if with_optimizer:
+            record = ckpt / LAYOUT_FILE
+            refusal = optimizer_resume_refusal(json.loads(record.read_text()) if record.exists() else None,
+                                               self._layout())
+            if refusal:
+                raise ValueError(refusal)
             self._materialise_optimizer_state()
             request["optimizer"] = self.optimizer.sharded_state_dict(model_sd, is_loading=True,
                                                                      metadata=OPTIM_CKPT_METADATA)
