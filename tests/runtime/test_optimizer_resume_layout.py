@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("megatron.core")
-
 
 def _layout(**kw):
     base = {"tp": 1, "pp": 1, "cp": 1, "ep": 2, "etp": 1, "vpp": None, "dp": 4, "distributed_optimizer": True}
@@ -16,7 +14,7 @@ def _layout(**kw):
 
 
 def test_an_ep_change_with_the_distributed_optimizer_is_refused_with_its_remedies():
-    from slime.backends.megatron.trainer import optimizer_resume_refusal
+    from slime.backends.megatron.optimizer_resume import optimizer_resume_refusal
 
     why = optimizer_resume_refusal(_layout(), _layout(ep=1, dp=1))
     assert why is not None and "EP 2 -> 1" in why and "--no-load-optim" in why and "dp_reshardable" in why
@@ -29,7 +27,7 @@ def test_an_ep_change_with_the_distributed_optimizer_is_refused_with_its_remedie
     (None, _layout(tp=2)),  # a checkpoint saved before the record existed
 ])
 def test_what_reshards_is_not_refused(saved, now):
-    from slime.backends.megatron.trainer import optimizer_resume_refusal
+    from slime.backends.megatron.optimizer_resume import optimizer_resume_refusal
 
     assert optimizer_resume_refusal(saved, now) is None
 
@@ -38,7 +36,7 @@ def test_a_moe_saved_at_ep2_resumed_at_ep1_with_its_optimizer_state_is_refused_w
     """megatron-core chains a separate optimizer for the routed experts at EP > 1 and builds one at
     EP 1 (seen loading an EP 2 save at one rank: 'chained_0.optimizer.state...' saved, 'optimizer.state...'
     asked); the loader fails deep inside with a KeyError. The refusal comes first, in plain words."""
-    from slime.backends.megatron.trainer import optimizer_resume_refusal
+    from slime.backends.megatron.optimizer_resume import optimizer_resume_refusal
 
     saved = _layout(distributed_optimizer=False, optimizers=2)
     why = optimizer_resume_refusal(saved, _layout(ep=1, dp=1, distributed_optimizer=False, optimizers=1))

@@ -40,6 +40,7 @@ from slime.backends.megatron.model_args import (
     optimizer_kwargs,
     parallel_kwargs,
 )
+from slime.backends.megatron.optimizer_resume import LAYOUT_FILE, LAYOUT_KEYS, optimizer_resume_refusal
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.timeline import PhaseClock, trainer_metrics
@@ -58,41 +59,6 @@ from slime.training.loss import (
 # ShardedTensors, which its own checkpointing now refuses; dp_reshardable is Megatron-LM's default.
 # Model weights reshard freely on load; optimizer state resumes at the same data-parallel size.
 OPTIM_CKPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
-# What save() records next to the torch_dist files: the layout the optimizer state was written at.
-LAYOUT_FILE = "slime_layout.json"
-_LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp")
-
-
-def optimizer_resume_refusal(saved: Mapping[str, Any] | None, now: Mapping[str, Any]) -> str | None:
-    """Why the optimizer state of a checkpoint cannot be loaded at this layout, or None.
-
-    The distributed optimizer's state is written as megatron-core's ``dp_reshardable`` buffers:
-    flat per-bucket shards whose layout follows TP, PP, EP, expert-TP, CP and virtual PP, so it
-    loads at another data-parallel size only (megatron-core's own words). Any other change would
-    pair Adam moments with the wrong weights, or fail deep in the loader; it is refused here with
-    both ways forward. The non-distributed optimizer (the CPU mode's) keeps one state tensor per
-    parameter, which reshards like the weights, as long as the parameters are grouped into the
-    same number of optimizers (megatron-core chains a separate one for the routed experts at EP > 1).
-    A checkpoint without the record (older saves) is taken as it is."""
-    if not saved:
-        return None
-    if saved.get("optimizers", 1) != now.get("optimizers", 1):
-        return (f"--load: the checkpoint's optimizer state is {saved.get('optimizers')} optimizer(s) and this layout "
-                f"builds {now.get('optimizers')} (EP {saved.get('ep')} -> {now.get('ep')}): megatron-core keeps the "
-                "routed experts' Adam state in an optimizer of its own when EP > 1, and one optimizer holds every "
-                "parameter at EP 1; it cannot map one state onto the other. Resume at EP > 1 again, or add "
-                "--no-load-optim to resume the weights alone (Adam's moments restart)")
-    if not saved.get("distributed_optimizer") or not now.get("distributed_optimizer"):
-        return None
-    diff = [k for k in _LAYOUT_KEYS if saved.get(k) != now.get(k)]
-    if not diff:
-        return None
-    show = ", ".join(f"{k.upper()} {saved.get(k)} -> {now.get(k)}" for k in diff)
-    return (f"--load: the checkpoint's distributed-optimizer state was saved at another layout ({show}); it "
-            "reshards over data parallelism only (megatron-core's dp_reshardable). Resume at the saved layout, "
-            "or add --no-load-optim to resume the weights alone (Adam's moments restart)")
-
-
 def _cast_params(module: torch.nn.Module, dtype: torch.dtype) -> None:
     """Give every floating-point parameter the training dtype, as Megatron-LM's Float16Module does.
 
@@ -573,7 +539,7 @@ class MegatronTrainer:
     def _layout(self) -> dict[str, Any]:
         """The parallel layout the optimizer state is written at (LAYOUT_FILE)."""
         values = mm.current_layout()
-        return {**dict(zip(_LAYOUT_KEYS, values)), "dp": self.dp_size,
+        return {**dict(zip(LAYOUT_KEYS, values)), "dp": self.dp_size,
                 "distributed_optimizer": bool(self.opt_config.use_distributed_optimizer),
                 "optimizers": len(getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer])}
 
