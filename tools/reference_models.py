@@ -161,7 +161,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
 # one fixture must also hold where head counts, layer counts and index frequency differ. glm_moe_dsa:b
 # has the real model's index-sharing pattern (every 4th layer from offset 3) at 7 layers, 8 attention
 # heads, 32 indexer heads picking 16 keys, 16 experts with 4 per token.
-VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
+VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, str | None]]] = {
     "glm_moe_dsa:b": ("glm_moe_dsa",
                       dict(hidden_size=96, num_hidden_layers=7, num_attention_heads=8, num_key_value_heads=8,
                            index_n_heads=32, index_topk=16, index_topk_freq=4, index_skip_topk_offset=3,
@@ -170,6 +170,18 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, str]]] = {
                        "--index-n-heads": "32", "--index-topk": "16", "--index-topk-freq": "4",
                        "--index-skip-topk-offset": "3", "--num-experts": "16", "--moe-router-topk": "4",
                        "--moe-layer-freq": '"[0]*1+[1]*6"'}),
+    # four layers, so that PP 2 has a MoE layer on each stage (the model-parallel Ray tests)
+    "glm4_moe:4l": ("glm4_moe", dict(num_hidden_layers=4),
+                    {"--num-layers": "4", "--moe-layer-freq": '"[0]*1+[1]*3"'}),
+    # MLA without experts or MTP: two dense layers (a flag mapped to None is dropped from the spec)
+    "deepseek_v3:dense": ("deepseek_v3", dict(num_hidden_layers=2, first_k_dense_replace=2, n_routed_experts=0,
+                                              num_nextn_predict_layers=0),
+                          {"--num-layers": "2", "--num-experts": None, "--moe-router-topk": None,
+                           "--moe-ffn-hidden-size": None, "--moe-shared-expert-intermediate-size": None,
+                           "--moe-layer-freq": None, "--moe-router-score-function": None,
+                           "--moe-router-enable-expert-bias": None, "--moe-router-topk-scaling-factor": None,
+                           "--moe-router-num-groups": None, "--moe-router-group-topk": None,
+                           "--mtp-num-layers": None}),
 }
 
 
@@ -182,7 +194,7 @@ def entry(family: str) -> dict[str, Any]:
     cls_name, kw = e["config"]
     spec = [ln for ln in e["spec"] if ln.split()[0] not in spec_over]
     return {**e, "config": (cls_name, {**kw, **config_over}),
-            "spec": spec + [f"{k} {v}" for k, v in spec_over.items()]}
+            "spec": spec + [f"{k} {v}" for k, v in spec_over.items() if v is not None]}
 
 def spec_text(family: str, overrides: dict[str, str] | None = None) -> str:
     """The MODEL_ARGS file of a family's tiny reference (``overrides``: flag -> new value, for

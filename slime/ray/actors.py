@@ -57,12 +57,40 @@ class EngineActor:
         self.server.stop()
 
 
-def _master_address() -> tuple[str, int]:
-    """This node's address and a free port: rank 0 of a process group listens there."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def _reserve_port() -> socket.socket:
+    """A free port, held until the process group's store listens on it.
+
+    Picking a free port and closing it lets a second group started meanwhile (the critic's, a
+    weight-update group) pick the same one: the later store then fails with EADDRINUSE. The port
+    stays bound here instead, with SO_REUSEADDR and not listening: the kernel never hands a bound
+    port to another ``bind(0)``, while torch's TCPStore (SO_REUSEADDR too) may still bind it. The
+    caller closes the socket once its store listens (:func:`_release`)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("", 0))
+    return s
+
+
+def _release(reserved: socket.socket | None) -> None:
+    if reserved is not None:
+        reserved.close()
+
+
+class _Rendezvous:
+    """The master address of a process group whose rank 0 lives in this actor: the port is
+    reserved from :meth:`master_address` until the group is formed (:meth:`formed`)."""
+
+    def __init__(self) -> None:
+        self._reserved: dict[int, socket.socket] = {}
+
+    def master_address(self) -> tuple[str, int]:
+        s = _reserve_port()
         port = s.getsockname()[1]
-    return ray.util.get_node_ip_address(), port
+        self._reserved[port] = s
+        return ray.util.get_node_ip_address(), port
+
+    def formed(self, master: tuple[str, int]) -> None:
+        _release(self._reserved.pop(int(master[1]), None))
 
 
 @ray.remote
@@ -71,9 +99,11 @@ class TrainerActor:
         _limit_threads(threads)
         self.rank, self.world_size = rank, world_size
         self.trainer = None
+        self._rdv = _Rendezvous()
 
     def master_address(self) -> tuple[str, int]:
-        return _master_address()
+        """Called on rank 0: its address and a port reserved until init() (or the weight group) forms."""
+        return self._rdv.master_address()
 
     def init(self, master: tuple[str, int], cfg) -> dict:
         """Build what the registry names for --train-backend (slime/backends/registry.py); returns
@@ -81,7 +111,10 @@ class TrainerActor:
         from slime.backends.registry import backend_class
 
         cls = backend_class(cfg.cluster.train_backend)
-        self.trainer = cls.build(cfg, self.rank, self.world_size, master)
+        try:
+            self.trainer = cls.build(cfg, self.rank, self.world_size, master)
+        finally:  # the group's store listens now (or never will): the reservation has done its job
+            self._rdv.formed(master)
         return self.trainer.resume_state
 
     def train(self, records, num_steps: int) -> dict[str, float]:
@@ -166,7 +199,10 @@ class TrainerActor:
         old = self._groups.pop(group_name, None)
         if old is not None:
             old.destroy()
-        self._groups[group_name] = WeightGroup(master[0], master[1], 0, world_size, group_name, backend)
+        try:
+            self._groups[group_name] = WeightGroup(master[0], master[1], 0, world_size, group_name, backend)
+        finally:
+            self._rdv.formed(master)
 
     def destroy_weight_group(self, group_name: str) -> None:
         g = getattr(self, "_groups", {}).pop(group_name, None)
@@ -227,14 +263,18 @@ class CriticActor:
         _limit_threads(threads)
         self.rank, self.world_size = rank, world_size
         self.critic = None
+        self._rdv = _Rendezvous()
 
     def master_address(self) -> tuple[str, int]:
-        return _master_address()
+        return self._rdv.master_address()
 
     def init(self, master: tuple[str, int], cfg) -> None:
         from slime.backends.registry import critic_class
 
-        self.critic = critic_class(cfg.cluster.train_backend).build(cfg, self.rank, self.world_size, master)
+        try:
+            self.critic = critic_class(cfg.cluster.train_backend).build(cfg, self.rank, self.world_size, master)
+        finally:
+            self._rdv.formed(master)
 
     def values(self, records) -> list[list[float]]:
         return self.critic.values(records)

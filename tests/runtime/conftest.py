@@ -36,9 +36,11 @@ def ray_cluster():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private in-process test cluster
     started = not ray.is_initialized()
     if started:
-        # address="local": always our own instance, even when someone else runs a head here.
-        ray.init(address="local", num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": str(REPO)}})
+        from tests.runtime.ray_local import start_local_ray
+
+        # address="local": always our own instance, even when someone else runs a head here;
+        # retried when a loaded machine makes the raylet miss Ray's start-up wait (ray_local.py)
+        start_local_ray(ray, str(REPO))
     yield ray
     if started:
         ray.shutdown()

@@ -13,9 +13,8 @@ under HF names on rank 0:
   parallel, and dense MLA at TP 2 without it.
 Loss and every gradient must equal TP 1's within 1e-5 (fp32); weights loaded from another
 layout's checkpoint must equal the HF weights bit for bit. The conversion tools run as a user
-runs them (``--nproc-per-node 2 --cpu``, dense model: building a MoE model on a CPU needs fakes
-for megatron-core's router and dispatcher, which the tools do not carry) and must give the HF
-tensors back bit for bit.
+runs them (``--nproc-per-node 2 --cpu``, a MoE model at TP 2 x EP 2 in and PP 2 out; on CPUs they
+build the model in the trainer's CPU mode) and must give the HF tensors back bit for bit.
 
 What a CPU cannot run is replaced, each named in tests/runtime/megatron_cpu_fakes.py
 (``install_multi_rank``):
@@ -176,18 +175,21 @@ def test_dense_mla_at_tp2_without_sequence_parallel_equals_tp1(tmp_path):
 # --- the conversion tools at several ranks, on CPUs ----------------------------------------------
 
 
-def test_conversion_tools_round_trip_bitwise_at_tp2_and_pp2_on_cpu(tmp_path):
-    """HF -> torch_dist with ``--nproc-per-node 2 --cpu --tp 2`` (the torch_dist writer without
-    CUDA), then back with ``--pp 2`` (each stage's rank writes its layers): every tensor is the HF
-    one bit for bit, and the index names each tensor once."""
+def test_conversion_tools_round_trip_a_moe_bitwise_at_tp2xep2_and_pp2_on_cpu(tmp_path):
+    """A MoE model (GLM-4-MoE, 4 layers: a dense first layer, 8 routed experts with expert bias,
+    a shared expert and the MTP layer) HF -> torch_dist with ``--nproc-per-node 2 --cpu --tp 2
+    --ep 2`` (the torch_dist writer without CUDA; each EP rank writes its own experts), then back
+    with ``--pp 2`` (each stage's rank writes its layers): every tensor is the HF one bit for bit,
+    and the index names each tensor once."""
     import json
 
     sys.path.insert(0, str(ROOT / "tools"))
     import reference_models as rm
 
-    hf, spec = rm.build("glm4", tmp_path / "glm4", dtype="bfloat16")  # the spec's (training) dtype
+    hf, spec = rm.build("glm4_moe:4l", tmp_path / "moe", dtype="bfloat16")  # the spec's (training) dtype
     td, back = tmp_path / "td", tmp_path / "back"
-    for script, args in (("convert_hf_to_torch_dist_megatron.py", ["--hf-checkpoint", hf, "--save", td, "--tp", "2"]),
+    for script, args in (("convert_hf_to_torch_dist_megatron.py", ["--hf-checkpoint", hf, "--save", td, "--tp", "2",
+                                                                   "--ep", "2"]),
                          ("convert_torch_dist_to_hf.py", ["--load", td, "--save", back, "--pp", "2",
                                                           "--dtype", "bfloat16"])):
         r = subprocess.run([sys.executable, str(ROOT / "tools" / script), "--model-args", str(spec),
@@ -196,9 +198,11 @@ def test_conversion_tools_round_trip_bitwise_at_tp2_and_pp2_on_cpu(tmp_path):
         assert r.returncode == 0, (script, r.stdout[-2000:], r.stderr[-4000:])
     ref, out = _hf_tensors(hf), _hf_tensors(back)
     assert set(out) == set(ref), sorted(set(out) ^ set(ref))[:5]
-    assert all(torch.equal(out[n], ref[n]) for n in ref)
+    unequal = [n for n in ref if out[n].dtype != ref[n].dtype or not torch.equal(out[n], ref[n])]
+    assert not unequal, unequal[:5]
     index = json.loads((back / "model.safetensors.index.json").read_text())["weight_map"]
     assert {f.split("-r")[0] for f in index.values()} == {"model-pp000", "model-pp001"}  # one writer per stage
+    assert sum(".mlp.experts." in n for n in index) >= 3 * 8 * 3  # 3 MoE layers x 8 experts x 3 (+ MTP's)
 
 
 def _free_port() -> int:

@@ -260,8 +260,9 @@ import json, os, sys
 import ray
 os.environ["RAY_AUTH_MODE"] = "disabled"
 # 4 logical GPUs: Ray only counts them, which is all placement needs (no CUDA is touched)
-ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
-         log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": sys.argv[1]}})
+sys.path.insert(0, sys.argv[1])
+from tests.runtime.ray_local import start_local_ray
+start_local_ray(ray, sys.argv[1], num_gpus=4)
 from slime.config import ClusterConfig
 from slime.ray.placement import create_pools, placement_plan, producer_actor_options
 from slime.rollout.producers import Producer

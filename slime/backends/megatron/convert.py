@@ -65,6 +65,16 @@ def _want_gpu(use_gpu: bool | None) -> bool:
     return torch.cuda.is_available() if use_gpu is None else use_gpu
 
 
+def _cpu_mode(use_gpu: bool) -> None:
+    """Conversion on CPUs builds the model as the trainer's CPU mode does (cpu.py): a MoE layer's
+    router allocates its expert-bias buffers on ``torch.cuda.current_device()``, which must answer
+    for the CPU where CUDA is absent. A no-op where CUDA exists."""
+    if not use_gpu:
+        from slime.backends.megatron import cpu as cpu_mode
+
+        cpu_mode.apply()
+
+
 @contextmanager
 def torch_dist_io_without_cuda() -> Iterator[None]:
     """Let megatron-core's torch_dist writer run where no CUDA device exists (conversion and
@@ -186,8 +196,12 @@ def hf_to_torch_dist(hf_dir: str | Path, save_dir: str | Path, spec: Any, *, pp:
     par = conversion_layout(flags, tp=tp, pp=pp, ep=ep)
     pp = par["pipeline_model_parallel_size"]
     world = int(os.environ.get("WORLD_SIZE", 1))
+    _cpu_mode(use_gpu)
     init_parallel(par, backend=None if use_gpu else "gloo")
-    model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
+    from slime.backends.megatron import cpu as cpu_mode
+
+    with cpu_mode.cuda_to_cpu():  # a no-op on GPUs
+        model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
     reader = HFReader(hf_dir)
     d = hm.dims_from_flags(flags)
     unknown = hm.unmapped_hf_names(list(reader.weight_map), d)
@@ -298,8 +312,12 @@ def torch_dist_to_hf(load_dir: str | Path, out_dir: str | Path, spec: Any, *, hf
     t0 = time.time()
     use_gpu = _want_gpu(use_gpu)
     par = conversion_layout(flags, tp=tp, pp=pp, ep=ep)
+    _cpu_mode(use_gpu)
     init_parallel(par, backend=None if use_gpu else "gloo")
-    model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
+    from slime.backends.megatron import cpu as cpu_mode
+
+    with cpu_mode.cuda_to_cpu():  # a no-op on GPUs
+        model = build_model(flags, par, cpu=not use_gpu, init_weights=False)
     load_model_checkpoint(model, load_dir)
     progress(f"loaded {checkpoint_subdir(load_dir)} ({time.time() - t0:.1f} s); writing HF shards")
     out_dir = Path(out_dir)

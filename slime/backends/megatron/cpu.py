@@ -1,8 +1,9 @@
 """megatron-core on a machine without CUDA: the Megatron backend's slow, exact CPU mode (tests, CI).
 
 megatron-core 0.19 runs on the CPU with gloo (TP, PP's 1F1B schedule, EP with the allgather and
-alltoall dispatchers: every collective it uses exists in gloo), except for a few places that call
-CUDA unconditionally. ``apply()`` redirects exactly those, once per process, and only when
+alltoall dispatchers), except for a few places that call CUDA unconditionally and the uneven
+sequence-parallel gather/reduce-scatter of the alltoall dispatcher at TP > 1, which gloo lacks.
+``apply()`` redirects exactly those, once per process, and only when
 ``torch.cuda.is_available()`` is False: on a GPU nothing here runs. ``cuda_to_cpu()`` is the one
 context the trainer enters around megatron-core's schedules. Each patch says why it exists; none
 changes a number (the CPU tests compare TP/PP/EP > 1 with one rank).
@@ -76,6 +77,7 @@ def apply() -> bool:
     torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
     torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
     _patch_alltoall_splits()
+    _patch_uneven_sequence_parallel()
     _patch_grad_clip()
     _applied = True
     return True
@@ -102,6 +104,41 @@ def _patch_alltoall_splits() -> None:
             token_dispatcher.all_to_all = all_to_all
     except ImportError:
         pass
+
+
+def _patch_uneven_sequence_parallel() -> None:
+    """With TP > 1 the alltoall dispatcher gathers (and in backward reduce-scatters) each TP rank's
+    tokens along the sequence dimension in *uneven* parts (how many tokens each rank routed to this
+    rank's experts). NCCL takes a list of differently sized tensors there; gloo refuses ("invalid
+    tensor size"). On gloo the same results: gather parts padded to the largest and cut back;
+    reduce-scatter as an all-reduce of the whole (with two ranks the same single addition) of which
+    each rank keeps its part. Even splits keep megatron's own path."""
+    import torch.distributed as dist
+    from megatron.core.tensor_parallel import mappings
+
+    gather, scatter = mappings._gather_along_first_dim, mappings._reduce_scatter_along_first_dim
+
+    def _gather_along_first_dim(input_, group, output_split_sizes=None, use_global_buffer=False):
+        if output_split_sizes is None or group.size() == 1:
+            return gather(input_, group, output_split_sizes, use_global_buffer)
+        sizes = [int(n) for n in output_split_sizes]
+        padded = input_.new_zeros((max(sizes), *input_.shape[1:]))
+        padded[: input_.shape[0]] = input_
+        parts = [torch.empty_like(padded) for _ in sizes]
+        dist.all_gather(parts, padded.contiguous(), group=group)
+        return torch.cat([part[:n] for part, n in zip(parts, sizes)], dim=0)
+
+    def _reduce_scatter_along_first_dim(input_, group, input_split_sizes=None, use_global_buffer=False):
+        if input_split_sizes is None or group.size() == 1:
+            return scatter(input_, group, input_split_sizes, use_global_buffer)
+        sizes = [int(n) for n in input_split_sizes]
+        whole = input_.contiguous().clone()
+        dist.all_reduce(whole, group=group)
+        start = sum(sizes[: group.rank()])
+        return whole[start:start + sizes[group.rank()]].clone()
+
+    mappings._gather_along_first_dim = _gather_along_first_dim
+    mappings._reduce_scatter_along_first_dim = _reduce_scatter_along_first_dim
 
 
 def _patch_grad_clip() -> None:
@@ -137,9 +174,14 @@ def init_rng() -> None:
 
 class _CudaToCpu(TorchFunctionMode):
     """megatron-core's schedules allocate their token counter with a literal ``device="cuda"``
-    (pipeline_parallel/schedules.py); this sends every such factory call to the CPU."""
+    (pipeline_parallel/schedules.py); this sends every such factory call to the CPU. At PP > 1 with
+    an MTP block (or tied embeddings) the model's constructor moves the last stage's copy of the
+    word embeddings with ``Tensor.cuda()`` before summing it over the embedding group
+    (language_module.py): on the CPU that tensor stays where it is."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch.Tensor.cuda:
+            return args[0]
         kwargs = kwargs or {}
         dev = kwargs.get("device")
         if dev is not None and (dev == "cuda" or (isinstance(dev, torch.device) and dev.type == "cuda")):
@@ -148,7 +190,7 @@ class _CudaToCpu(TorchFunctionMode):
 
 
 def cuda_to_cpu():
-    """Context for a megatron-core schedule call: a no-op where CUDA exists."""
+    """Context for a megatron-core schedule call or model build: a no-op where CUDA exists."""
     return _CudaToCpu() if _applied else contextlib.nullcontext()
 
 

@@ -15,13 +15,14 @@ Then round by round (one local bucket per rank per round) every rank announces i
 (name, dtype, shape) list over the default group, and each owner other than rank 0 sends its
 tensors to rank 0 point to point. Rank 0 yields its own bucket and each received one as separate
 buckets (each <= the bucket size) and refuses a name it has already seen; the other ranks yield
-nothing. Every rank must consume the iterator to the end: the rounds are collectives.
+nothing. Every rank must consume the iterator to the end: the rounds are collectives. Given the
+names the model holds, rank 0 checks at the end that it received each of them.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator
+from typing import Callable, Collection, Iterator
 
 import torch
 import torch.distributed as dist
@@ -48,8 +49,29 @@ def _dtype(name: str) -> torch.dtype:
 
 
 def gather_to_rank0(local_buckets: Iterator[Bucket], owns: Callable[[str], bool],
-                    device: torch.device | str) -> Iterator[Bucket]:
-    """Rank 0: every owned tensor of every rank, once, in buckets; other ranks: nothing."""
+                    device: torch.device | str, expected: Collection[str] | None = None) -> Iterator[Bucket]:
+    """Rank 0: every owned tensor of every rank, once, in buckets; other ranks: nothing.
+
+    ``expected``: the names the export must hold. Rank 0 raises after the last bucket when any is
+    missing (an EP rank that kept its experts, an owner rule that owns nothing) or unexpected: a
+    partial export is never taken for a whole one."""
+    if expected is None:
+        yield from _gather(local_buckets, owns, device)
+        return
+    got: set[str] = set()
+    for bucket in _gather(local_buckets, owns, device):
+        got.update(n for n, _ in bucket)
+        yield bucket
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return
+    missing, extra = sorted(set(expected) - got), sorted(got - set(expected))
+    if missing or extra:
+        raise RuntimeError(f"weight export incomplete: {len(missing)} of {len(set(expected))} tensors missing "
+                           f"{missing[:5]}, {len(extra)} not in the model {extra[:5]} (slime/backends/megatron/export.py)")
+
+
+def _gather(local_buckets: Iterator[Bucket], owns: Callable[[str], bool],
+            device: torch.device | str) -> Iterator[Bucket]:
     if not dist.is_initialized() or dist.get_world_size() == 1:
         yield from local_buckets
         return

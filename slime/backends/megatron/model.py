@@ -53,6 +53,10 @@ def init_parallel(megatron: Mapping[str, Any], backend: str | None = None, seed:
         if use_cuda:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
         dist.init_process_group(backend or ("nccl" if use_cuda else "gloo"), rank=rank, world_size=world)
+    if ps.model_parallel_is_initialized() and current_layout() != wanted_layout(par):
+        # A second trainer (or conversion) in this process asks for another layout: megatron-core
+        # would otherwise keep the first one's groups and build the new model on them.
+        ps.destroy_model_parallel()
     if not ps.model_parallel_is_initialized():
         ps.initialize_model_parallel(
             tensor_model_parallel_size=par["tensor_model_parallel_size"],
@@ -67,6 +71,24 @@ def init_parallel(megatron: Mapping[str, Any], backend: str | None = None, seed:
 
         model_parallel_cuda_manual_seed(seed)
     return par
+
+
+def wanted_layout(par: Mapping[str, Any]) -> tuple[int, int, int, int, int, int | None]:
+    """(TP, PP, CP, EP, expert TP, virtual PP) that ``par`` (parallel_kwargs) asks for; expert TP
+    defaults to TP, as in megatron-core."""
+    tp = par["tensor_model_parallel_size"]
+    return (tp, par["pipeline_model_parallel_size"], par["context_parallel_size"],
+            par["expert_model_parallel_size"], par.get("expert_tensor_parallel_size") or tp,
+            par.get("virtual_pipeline_model_parallel_size"))
+
+
+def current_layout() -> tuple[int, int, int, int, int, int | None]:
+    """The same sizes of megatron-core's initialised process groups."""
+    from megatron.core import parallel_state as ps
+
+    return (ps.get_tensor_model_parallel_world_size(), ps.get_pipeline_model_parallel_world_size(),
+            ps.get_context_parallel_world_size(), ps.get_expert_model_parallel_world_size(),
+            ps.get_expert_tensor_parallel_world_size(), ps.get_virtual_pipeline_model_parallel_world_size())
 
 
 def make_config(flags: Mapping[str, Any], megatron: Mapping[str, Any] | None = None, **overrides):
@@ -329,9 +351,12 @@ def iter_hf_tensors(model, flags: Mapping[str, Any], dtype: torch.dtype | None =
     """
     hm.require_mapped(flags)
     d = hm.dims_from_flags(flags)
+    copy_of_embedding = _holds_embedding_copy()
     for name, p in global_named_parameters(model):
         if d.tied and name == "output_layer.weight":
             continue  # tied: the HF checkpoint has embed_tokens only
+        if copy_of_embedding and name.startswith("embedding."):
+            continue  # the first stage's embedding, copied here for the MTP block: the first stage exports it
         t = p.data
         if grads:
             g = getattr(p, "main_grad", None)
@@ -348,6 +373,15 @@ def iter_hf_tensors(model, flags: Mapping[str, Any], dtype: torch.dtype | None =
             if device is not None:
                 t = t.to(device)
             yield hf_name, t
+
+
+def _holds_embedding_copy() -> bool:
+    """A pipeline stage other than the first that holds word embeddings holds megatron-core's copy
+    of the first stage's (the MTP block on the last stage reads them; their gradients are summed
+    over the embedding group, so the two stay equal)."""
+    from megatron.core import parallel_state as ps
+
+    return ps.model_parallel_is_initialized() and not ps.is_pipeline_first_stage(ignore_virtual=True)
 
 
 def bucketed(named: Iterator[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:

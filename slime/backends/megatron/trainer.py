@@ -16,6 +16,7 @@ Engine), which this build does not have: it is refused at start-up.
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from slime.backends.megatron.model_args import (
     optimizer_kwargs,
     parallel_kwargs,
 )
+from slime.backends.megatron.optimizer_resume import LAYOUT_FILE, LAYOUT_KEYS, optimizer_resume_refusal
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.model_spec import flag_bool, flag_int
@@ -56,8 +58,6 @@ from slime.training.loss import (
 # ShardedTensors, which its own checkpointing now refuses; dp_reshardable is Megatron-LM's default.
 # Model weights reshard freely on load; optimizer state resumes at the same data-parallel size.
 OPTIM_CKPT_METADATA = {"distrib_optim_sharding_type": "dp_reshardable"}
-
-
 def _cast_params(module: torch.nn.Module, dtype: torch.dtype) -> None:
     """Give every floating-point parameter the training dtype, as Megatron-LM's Float16Module does.
 
@@ -177,7 +177,9 @@ class MegatronTrainer:
         self.device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
         # the actor's, old and reference passes must sum each token's experts in one order (determinism.py)
         install_fixed_order_moe_combine()
-        module = mm.build_model(self.flags, self.flags, attention=attention, cpu=on_cpu, **cpu_mode.config_overrides())
+        with cpu_mode.cuda_to_cpu():
+            module = mm.build_model(self.flags, self.flags, attention=attention, cpu=on_cpu,
+                                    **cpu_mode.config_overrides())
         # The MTP layer (the draft SGLang's EAGLE reads) trains on its own loss only with
         # --enable-mtp-training; otherwise it is frozen and skipped, and weight sync sends it unchanged.
         self.mtp_training = builds_mtp(self.flags) and flag_bool(self.flags, "enable_mtp_training")
@@ -491,12 +493,15 @@ class MegatronTrainer:
         global rank 0; every rank must iterate (collectives inside: export.py), the others get
         nothing. On the training device; weight sync broadcasts them or moves them to the CPU.
         ``dtype``: bf16 on GPUs (what the engines load); float32, the CPU mode's dtype, on CPU."""
+        from slime.backends.megatron import hf_mapping as hm
         from slime.backends.megatron.export import gather_to_rank0, owner_rule
 
         if dtype is None:
             dtype = torch.float32 if self.device.type == "cpu" else torch.bfloat16
         local = mm.bucketed(mm.iter_hf_tensors(self.model, self.flags, dtype=dtype), bucket_bytes)
-        return gather_to_rank0(local, owner_rule(), self.device)
+        # every tensor of the model, MTP included: rank 0 refuses an export that lacks one
+        expected = set(hm.iter_hf_names(hm.dims_from_flags(self.flags)))
+        return gather_to_rank0(local, owner_rule(), self.device, expected)
 
     def named_weights(self) -> dict[str, torch.Tensor]:
         """All HF-named weights on the CPU (the embedded trainer's hand-off form) on rank 0, {}
@@ -523,10 +528,19 @@ class MegatronTrainer:
             state["optimizer"] = self.optimizer.sharded_state_dict(model_sd, metadata=OPTIM_CKPT_METADATA)
             state["opt_param_scheduler"] = self.scheduler.state_dict()
         dist_checkpointing.save(state, str(out))
+        if dist.get_rank() == 0:
+            (out / LAYOUT_FILE).write_text(json.dumps(self._layout()))
         dist.barrier()
         if tracker and dist.get_rank() == 0:
             write_tracker(save_dir, it)
         return out
+
+    def _layout(self) -> dict[str, Any]:
+        """The parallel layout the optimizer state is written at (LAYOUT_FILE)."""
+        values = mm.current_layout()
+        return {**dict(zip(LAYOUT_KEYS, values)), "dp": self.dp_size,
+                "distributed_optimizer": bool(self.opt_config.use_distributed_optimizer),
+                "optimizers": len(getattr(self.optimizer, "chained_optimizers", None) or [self.optimizer])}
 
     def _materialise_optimizer_state(self) -> None:
         """Give every parameter of a fresh optimizer an Adam state (zeros, step 0) before a load.
@@ -571,6 +585,11 @@ class MegatronTrainer:
         model_sd = mm.unwrap(self.model).sharded_state_dict()
         request: dict[str, Any] = {"model": model_sd}
         if with_optimizer:
+            record = ckpt / LAYOUT_FILE
+            refusal = optimizer_resume_refusal(json.loads(record.read_text()) if record.exists() else None,
+                                               self._layout())
+            if refusal:
+                raise ValueError(refusal)
             self._materialise_optimizer_state()
             request["optimizer"] = self.optimizer.sharded_state_dict(model_sd, is_loading=True,
                                                                      metadata=OPTIM_CKPT_METADATA)
