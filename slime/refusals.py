@@ -52,6 +52,7 @@ DECLARING_MODULES = (
     "slime.ray.placement",
     "slime.rollout.router",
     "slime.rollout.client",
+    "slime.backends.megatron.optimizer_resume",
 )
 
 

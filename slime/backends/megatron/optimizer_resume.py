@@ -6,12 +6,19 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from slime.refusals import Refusal, declare
+
+_R = declare("megatron.resume", {
+    "optimizer_count": ("saved", "now", "ep_saved", "ep_now"),
+    "distributed_layout": ("changes",),
+})
+
 # What save() records next to the torch_dist files: the layout the optimizer state was written at.
 LAYOUT_FILE = "slime_layout.json"
 LAYOUT_KEYS = ("tp", "pp", "cp", "ep", "etp", "vpp")
 
 
-def optimizer_resume_refusal(saved: Mapping[str, Any] | None, now: Mapping[str, Any]) -> str | None:
+def optimizer_resume_refusal(saved: Mapping[str, Any] | None, now: Mapping[str, Any]) -> Refusal | None:
     """Why the optimizer state of a checkpoint cannot be loaded at this layout, or None.
 
     The distributed optimizer's state is written as megatron-core's ``dp_reshardable`` buffers:
@@ -25,17 +32,12 @@ def optimizer_resume_refusal(saved: Mapping[str, Any] | None, now: Mapping[str, 
     if not saved:
         return None
     if saved.get("optimizers", 1) != now.get("optimizers", 1):
-        return (f"--load: the checkpoint's optimizer state is {saved.get('optimizers')} optimizer(s) and this layout "
-                f"builds {now.get('optimizers')} (EP {saved.get('ep')} -> {now.get('ep')}): megatron-core keeps the "
-                "routed experts' Adam state in an optimizer of its own when EP > 1, and one optimizer holds every "
-                "parameter at EP 1; it cannot map one state onto the other. Resume at EP > 1 again, or add "
-                "--no-load-optim to resume the weights alone (Adam's moments restart)")
+        return _R("optimizer_count", saved=saved.get("optimizers"), now=now.get("optimizers"),
+                  ep_saved=saved.get("ep"), ep_now=now.get("ep"))
     if not saved.get("distributed_optimizer") or not now.get("distributed_optimizer"):
         return None
     diff = [k for k in LAYOUT_KEYS if saved.get(k) != now.get(k)]
     if not diff:
         return None
     show = ", ".join(f"{k.upper()} {saved.get(k)} -> {now.get(k)}" for k in diff)
-    return (f"--load: the checkpoint's distributed-optimizer state was saved at another layout ({show}); it "
-            "reshards over data parallelism only (megatron-core's dp_reshardable). Resume at the saved layout, "
-            "or add --no-load-optim to resume the weights alone (Adam's moments restart)")
+    return _R("distributed_layout", changes=show)
