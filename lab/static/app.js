@@ -319,14 +319,25 @@ function drawRenderError(msg) {
 }
 
 // Which fields changed with the user's change (dependent changes come back with their reason).
+// The flash is a Web Animation: restarting a CSS animation needs a class removed, a forced layout
+// (`offsetWidth`) and the class added again, which laid out the whole page inside every answer's
+// draw, before the browser could show the new preview. An animation object restarts by itself.
+const flashes = new WeakMap(); // field wrapper → its running flash
+const FLASH = [{ backgroundColor: "#fff3b0" }, { backgroundColor: "transparent" }];
+
+function flash(wrap) {
+  flashes.get(wrap)?.cancel();
+  if (typeof wrap.animate !== "function") return;
+  const a = wrap.animate(FLASH, { duration: 1200, easing: "ease-out" });
+  flashes.set(wrap, a);
+  a.onfinish = a.oncancel = () => { if (flashes.get(wrap) === a) flashes.delete(wrap); };
+}
+
 function drawLastChange(entry) {
   const deps = entry.changes.filter((c) => c.reason);
   for (const c of entry.changes) {
     const wrap = controls.get(c.path)?.closest(".field");
-    if (!wrap) continue;
-    wrap.classList.remove("flash");
-    void wrap.offsetWidth; // restart the animation
-    wrap.classList.add("flash");
+    if (wrap) flash(wrap);
   }
   if (entry.undone) { toast(tr("undone", { label: entryLabel(entry.label) })); return; }
   if (deps.length) toast(tr("changed_with", { list: deps.map((c) => fieldLabel(c.path)).join(", ") }));
