@@ -110,10 +110,32 @@ def known_experiment(data: Any) -> Experiment | None:
 
 
 def remember_sent(exp: Experiment, data: dict[str, Any]) -> None:
-    """`data` is `exp.model_dump(mode="json")`, written into an answer."""
+    """`data` is `exp.model_dump(mode="json")`, written into an answer. The page sends it back as
+    JavaScript writes it, where a whole float is an integer (1.0 → 1): that form is remembered too.
+    It validates to the same experiment because every field that holds a float is typed `float` (or
+    `float | None`), which reads an integer as that float (tests/lab/test_answer_cost.py)."""
     key = contents_key(data)
-    if key is not None:
-        SENT_EXPERIMENTS.put(key, exp)
+    if key is None:
+        return
+    SENT_EXPERIMENTS.put(key, exp)
+    as_js = _as_javascript_writes(data)
+    if as_js is not data:
+        js_key = contents_key(as_js)
+        if js_key is not None:
+            SENT_EXPERIMENTS.put(js_key, exp)
+
+
+def _as_javascript_writes(value: Any) -> Any:
+    """`value` after JSON.parse and JSON.stringify: whole floats become integers (the same object when none is)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        out = {k: _as_javascript_writes(v) for k, v in value.items()}
+        return value if all(out[k] is v for k, v in value.items()) else out
+    if isinstance(value, list):
+        items = [_as_javascript_writes(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
 
 
 def workspace_json(ws: Workspace) -> dict[str, Any]:

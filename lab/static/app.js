@@ -233,12 +233,15 @@ function valueToControl(el, v) {
     return;
   }
   let s = v == null ? "" : kind === "list" ? (v || []).join(", ") : String(v);
+  // Every answer redraws every control; nearly all already show their value. A <select> whose value
+  // is `s` has that option, so only a changed one is searched (and given the option if it lacks it).
+  if (el.value === s) return;
   if (kind === "select" && s !== "" && !$$("option", el).some((o) => o.value === s)) {
     const o = document.createElement("option");
     o.value = o.textContent = s;
     el.append(o);
   }
-  if (el.value !== s) el.value = s;
+  el.value = s;
 }
 
 function drawControls(exp, force) {

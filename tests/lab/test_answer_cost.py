@@ -368,10 +368,29 @@ def test_one_process_computes_one_answer_at_a_time(monkeypatch):
 
 @pytest.mark.parametrize("recipe", sorted(rules.all_recipes()))
 def test_an_experiment_dumped_into_an_answer_validates_back_to_itself(recipe):
-    """What lets SENT_EXPERIMENTS stand for validation: the dump of every recipe's experiment reads back equal."""
+    """What lets SENT_EXPERIMENTS stand for validation: the dump of every recipe's experiment reads
+    back equal, also as JavaScript writes it back (whole floats as integers)."""
+    from lab.workspace import _as_javascript_writes
+
     exp = rules.new_experiment(recipe)
     sent = json.loads(json.dumps(exp.model_dump(mode="json")))
     assert Experiment.model_validate(sent) == exp == Experiment.model_validate(sent, strict=True)
+    as_js = _as_javascript_writes(sent)
+    back = Experiment.model_validate(as_js)
+    assert back == exp and back.model_dump_json() == exp.model_dump_json()
+
+
+def test_every_field_that_holds_a_float_reads_an_integer_as_that_float():
+    """Why the JavaScript form of a dump validates to the same experiment: no field takes int or float both."""
+    import typing
+
+    from lab.experiment import iter_field_paths
+
+    for path, info in iter_field_paths():
+        args = set(typing.get_args(info.annotation)) or {info.annotation}
+        if float in args:
+            assert args <= {float, type(None)}, (path, info.annotation)
+        assert not ({int, float} <= args), path
 
 
 def test_a_remembered_experiment_is_never_answered_for_other_contents():
@@ -383,6 +402,12 @@ def test_a_remembered_experiment_is_never_answered_for_other_contents():
     ws = client.post("/api/workspace", json=body).json()["workspace"]
     remembered = known_experiment(ws["b"])
     assert remembered is not None and remembered.rollout.temperature == 0.9  # the answer's B is known as sent
+    as_js = json.loads(json.dumps(ws["b"]))  # as the page sends it back: JSON.stringify writes 2.0 as 2
+    assert as_js["corrections"]["tis_clip"] == 2.0 and isinstance(as_js["corrections"]["tis_clip"], float)
+    as_js["corrections"]["tis_clip"] = as_js["corrections"]["icepop_high"] = 2
+    assert known_experiment(as_js) is remembered
+    as_js["corrections"]["tis_clip"] = 2.5  # any other value: not the remembered experiment
+    assert known_experiment(as_js) is None
     # The same B edited by hand (a value, a type, a refused value): validated in full, never the memo's.
     for path, value in (("rollout.temperature", 0.5), ("rollout.temperature", 1), ("task.num_rollout", 3.0),
                         ("task.num_rollout", 0), ("task.input_key", "-x")):
