@@ -310,6 +310,9 @@ def _view(ws: Workspace, tops: dict[str, Any], last_change: Any = None,
     else:
         ws_json = ws.model_dump(mode="json", include={"b", "a"})
         extra = {"history": history_tail.changes(before, ws)}
+    workspace.remember_sent(ws.b, ws_json["b"])  # the page sends them back with its next action
+    if ws.a is not None:
+        workspace.remember_sent(ws.a, ws_json["a"])
     prov = _provenance(exp)
     shown = _experiment_view(exp, prov)
     share_link_ab = _fragment(share.encode_ab_link(ws.a, exp)) if ws.a is not None else None
@@ -354,7 +357,20 @@ _TEMPLATES = Path(__file__).resolve().parent / "render" / "templates"
 
 def _sources_key(prov: dict[str, Any] | None) -> str:
     templates = sorted((e.name, e.stat().st_mtime_ns) for e in os.scandir(_TEMPLATES))
-    return json.dumps([prov, templates], sort_keys=True)
+    return _prov_text(prov) + json.dumps(templates)
+
+
+# prov's canonical JSON, kept beside the record it was made from: provenance() answers the same
+# (shared, unmodified) record while its sources are unchanged, so it is encoded once, not per answer.
+# The record itself is held, so its id is not reused while the entry is here.
+_PROV_TEXTS: Memo[tuple[Any, str]] = Memo(64)
+
+
+def _prov_text(prov: dict[str, Any] | None) -> str:
+    held, text = _PROV_TEXTS.get(id(prov), lambda: (prov, json.dumps(prov, sort_keys=True)))
+    if held is not prov:  # cannot happen while the memo holds `held` (its id stays taken); kept as a guard
+        text = json.dumps(prov, sort_keys=True)
+    return text
 
 
 def _experiment_view(exp: Experiment, prov: dict[str, Any] | None) -> dict[str, Any]:

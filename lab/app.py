@@ -4,16 +4,14 @@ sniffing headers) in lab/guard.py; the one body reader in lab/body.py."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from fastapi.staticfiles import StaticFiles
 
 from lab import api, api_runs, api_workspace, docs_route, guard, messages, page
 from lab.body import MAX_BODY_BYTES, request_lang
+from lab.static_files import StaticFiles
 
-STATIC_DIR = Path(__file__).resolve().parent / "static"
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
 
@@ -47,7 +45,7 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (), openapi
     app.include_router(api_runs.router)
     app.include_router(page.router)
     app.include_router(docs_route.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", StaticFiles(), name="static")  # from memory, gzipped, ETag (lab/static_files.py)
     csp = guard.content_security_policy(page.inline_script_hashes())
     app.add_middleware(guard.Guard, hosts=guard.allowed_hosts(host, allow_hosts), csp=csp)
     return app

@@ -179,16 +179,23 @@ def _check_serving(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived)
     if s.pd.enabled:
         e = p.engine_gpus
         pd_fields = ["serving.pd.prefill_engines", "serving.pd.decode_engines", "placement.rollout_gpus", "placement.engine_gpus"]
+        embedded = recipe.backends.rollout == "embedded"
         if p.ownership == "external":
             out.append(_F("SGL-4", "error", ["serving.pd.enabled", "placement.ownership"], "external"))
         elif s.pd.prefill_engines == 0 or s.pd.decode_engines == 0:
             out.append(_F("SGL-4", "error", pd_fields, "empty_group"))
+        elif embedded and p.ownership == "colocated":
+            # The embedded pool is one engine per trainer process when colocated: no room for a second group.
+            out.append(_F("SGL-4", "error", ["serving.pd.enabled", "placement.ownership"], "embedded_colocated"))
+        elif embedded and recipe.backends.train == "embedded":
+            pass  # its rollout pool is rendered as one engine per prefill and decode engine (lab/render/context.py)
         elif (s.pd.prefill_engines + s.pd.decode_engines) * e != p.rollout_gpus:
             need = (s.pd.prefill_engines + s.pd.decode_engines) * e
             out.append(_F("SGL-4", "error", pd_fields, "pool", prefill=s.pd.prefill_engines, decode=s.pd.decode_engines,
                           engine=e, need=need, rollout=p.rollout_gpus, engines=d.engines,
                           split_prefill=max(1, d.engines // 2), split_decode=max(1, d.engines - d.engines // 2)))
-        if not s.pd.rdma_devices and p.ownership != "external":
+        # SGLang's engines move the KV cache over RDMA; the embedded engine's Mooncake falls back to TCP
+        if not s.pd.rdma_devices and p.ownership != "external" and not embedded:
             out.append(_F("SGL-5", "error", ["serving.pd.rdma_devices"], "rdma"))
         if s.hicache.enabled:
             out.append(_F("SGL-5", "info", ["serving.hicache.enabled", "serving.pd.enabled"], "hicache"))

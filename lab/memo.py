@@ -36,6 +36,21 @@ class Memo(Generic[V]):
                 self._data.popitem(last=False)
         return value
 
+    def peek(self, key: Hashable) -> V | None:
+        """The value kept for `key` (now the most recent), or None; nothing is computed."""
+        with self._lock:
+            if key not in self._data:
+                return None
+            self._data.move_to_end(key)
+            return self._data[key]
+
+    def put(self, key: Hashable, value: V) -> None:
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
     def clear(self) -> None:
         with self._lock:
             self._data.clear()

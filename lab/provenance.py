@@ -15,6 +15,10 @@ Fast: file hashes are cached per (path, mtime, size); the git state (one `git st
 read again at once when a watched mtime changes (.git/index, .git/HEAD and the hashed source files),
 and in the background once GIT_TTL_S has passed (the expired state is answered meanwhile), so a
 burst of renders costs one git call, an edited recipe is seen at once and no answer waits for git.
+The whole record is remembered per (recipe, image, the sources' mtime and size, the git state's
+generation): every call still `stat`s the sources and asks `_git`, so a remembered record is only
+answered while everything it was built from is unchanged (a new git state, even an equal one, is a
+new generation). Remembered records are shared: callers must not modify them.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from lab.memo import Memo
 from lab.recipes import REPO_ROOT, Recipe
 
 GIT_TTL_S = 5.0
@@ -38,6 +43,7 @@ NOT_RECORDED_IDS = ["server_versions", "gpu_validation"]  # the page's locale ke
 
 _git_lock = threading.Lock()
 _git_cache: tuple[float, tuple[Any, ...], dict[str, Any], frozenset[str]] | None = None
+_git_generation = 0  # counts every state read into _git_cache: the provenance memo's key part
 
 
 def _run_git(*args: str) -> str | None:
@@ -81,26 +87,38 @@ def _read_git_state() -> tuple[dict[str, Any], frozenset[str]]:
     return {"commit": commit, "dirty": bool(changed), "repository": "git"}, frozenset(changed)
 
 
-def _watch_key(extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
-    def mtime(p: Path) -> int | None:
-        try:
-            return os.stat(p).st_mtime_ns
-        except OSError:
-            return None
+_GIT_INDEX = str(REPO_ROOT / ".git" / "index")
+_GIT_HEAD = str(REPO_ROOT / ".git" / "HEAD")
 
-    return (mtime(REPO_ROOT / ".git" / "index"), mtime(REPO_ROOT / ".git" / "HEAD")) + extra
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _watch_key(extra: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    return (_mtime(_GIT_INDEX), _mtime(_GIT_HEAD)) + extra
+
+
+def _set_git_cache(entry: tuple[float, tuple[Any, ...], dict[str, Any], frozenset[str]] | None) -> None:
+    """Replace the cached git state (under _git_lock): a new generation for the provenance memo."""
+    global _git_cache, _git_generation
+    _git_cache = entry
+    _git_generation += 1
 
 
 _refreshing = False  # a background refresh of an expired state is running
 
 
 def _refresh(key: tuple[Any, ...]) -> None:
-    global _git_cache, _refreshing
+    global _refreshing
     try:
         state, changed = _read_git_state()
         with _git_lock:
             if _git_cache is not None and _git_cache[1] == key:  # not reset or replaced meanwhile
-                _git_cache = (time.monotonic(), key, state, changed)
+                _set_git_cache((time.monotonic(), key, state, changed))
     finally:
         with _git_lock:
             _refreshing = False
@@ -110,17 +128,24 @@ def _git(extra_key: tuple[Any, ...] = ()) -> tuple[dict[str, Any], frozenset[str
     """The git state: read now when none is cached or a watched mtime changed; when it has only
     expired, the cached one is answered and a refresh starts in the background, so the server's
     answers never wait for `git status` (tens to hundreds of ms on a busy machine) to change nothing."""
-    global _git_cache, _refreshing
+    state, changed, _ = _git_entry(extra_key)
+    return dict(state), changed
+
+
+def _git_entry(extra_key: tuple[Any, ...] = ()) -> tuple[dict[str, Any], frozenset[str], int]:
+    """`_git`'s state (shared: not to be modified), with its generation."""
+    global _refreshing
     now = time.monotonic()
     key = _watch_key(extra_key)
     with _git_lock:
         if _git_cache is None or _git_cache[1] != key:
             state, changed = _read_git_state()
-            _git_cache = (now, key, state, changed)
+            _set_git_cache((now, key, state, changed))
         elif now - _git_cache[0] > GIT_TTL_S and not _refreshing:
             _refreshing = True
             threading.Thread(target=_refresh, args=(key,), name="git-state", daemon=True).start()
-        return dict(_git_cache[2]), _git_cache[3]
+        assert _git_cache is not None
+        return _git_cache[2], _git_cache[3], _git_generation
 
 
 def git_state() -> dict[str, Any]:
@@ -129,10 +154,10 @@ def git_state() -> dict[str, Any]:
 
 
 def reset_cache() -> None:
-    """Forget the cached git state (tests that change the checkout call this)."""
-    global _git_cache
+    """Forget the cached git state and the remembered records (tests that change the checkout call this)."""
     with _git_lock:
-        _git_cache = None
+        _set_git_cache(None)
+    _RECORDS.clear()
 
 
 @lru_cache(maxsize=256)
@@ -212,14 +237,29 @@ def _source_paths(recipe: Recipe) -> dict[str, str]:
     return paths
 
 
+def _stamp(rel_path: str) -> tuple[str, int | None, int | None]:
+    st = _stat(rel_path)[1]
+    return (rel_path, None, None) if st is None else (rel_path, st.st_mtime_ns, st.st_size)
+
+
+# The last records built; each answer asks for B's (and A's) record, nearly always one seen before.
+_RECORDS: Memo[dict[str, Any]] = Memo(64)
+
+
 def provenance(recipe: Recipe, image_tag: str) -> dict[str, Any]:
+    """The record (shared with other callers: do not modify it)."""
     paths = _source_paths(recipe)
-    stats = tuple((p, getattr(_stat(p)[1], "st_mtime_ns", None)) for p in paths.values())
-    git, changed = _git(stats)
+    stamps = tuple(_stamp(p) for p in paths.values())
+    git, changed, generation = _git_entry(tuple((p, mtime) for p, mtime, _ in stamps))
+    key = (recipe.name, tuple(paths.items()), image_tag, stamps, generation)
+    return _RECORDS.get(key, lambda: _record(paths, image_tag, git, changed))
+
+
+def _record(paths: dict[str, str], image_tag: str, git: dict[str, Any], changed: frozenset[str]) -> dict[str, Any]:
     in_git = git["repository"] == "git"
     return {
         "generator": "slime-lab",
-        "checkout": git,
+        "checkout": dict(git),
         "sources": {name: file_record(p, changed, in_git) for name, p in paths.items()},
         "image": image_record(image_tag),
         "known_images": known_images(),

@@ -28,6 +28,8 @@ from lab.checks import CHECKS
 from lab.derive import ETP, Derived, derive  # noqa: F401  (re-exported: rules.derive is the contract)
 from lab.experiment import EXTRA_FLAGS_PATH, LEAF_FIELDS, Experiment, get_path, iter_field_paths, set_path
 from lab.findings import Finding
+from lab.history_memo import contents_key
+from lab.memo import Memo
 from lab.messages import Text, pydantic_text, render, text
 from lab.model_spec import ModelSpecError, kind_of, spec_of
 from lab.recipes import Recipe, RecipeError, all_recipes, get_recipe
@@ -122,10 +124,24 @@ def unknown_field_error(path: str) -> ChangeError:
     return ChangeError(path, key="error.unknown_field")
 
 
+# Experiments validated strictly, by the exact contents they were validated from (`contents_key`:
+# types and key order included, so 1, 1.0 and true never stand for one another). Validation is a
+# pure function of those contents, so the same contents again ARE that experiment: users go back
+# and forth between the same experiments, and each edit validated the whole model (a few hundred
+# field checks) again. Bounded; the experiments are shared and never modified (every change builds
+# a new one).
+VALIDATED: Memo[Experiment] = Memo(256)
+
+
 def validated(data: dict[str, Any], hint_path: str | None = None) -> Experiment:
     """Build an Experiment strictly; a failure names the first bad field and its allowed values."""
+    key = contents_key(data)
+    if key is not None:
+        hit = VALIDATED.peek(key)
+        if hit is not None:
+            return hit
     try:
-        return Experiment.model_validate(data, strict=True)
+        exp = Experiment.model_validate(data, strict=True)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(x) for x in err["loc"] if not isinstance(x, int)) or (hint_path or "experiment")
@@ -146,6 +162,9 @@ def validated(data: dict[str, Any], hint_path: str | None = None) -> Experiment:
             raise ChangeError(loc, key="error.pattern", params={"pattern": err.get("ctx", {}).get("pattern", "")}) from exc
         other = pydantic_text(err)  # a section that is not an object, a refused character, …
         raise ChangeError(loc, key=other.key, params=other.params) from exc
+    if key is not None:
+        VALIDATED.put(key, exp)
+    return exp
 
 
 # --- dependent changes ----------------------------------------------------------------------------
@@ -327,11 +346,12 @@ def apply_change(exp: Experiment, path: str, value: Any) -> tuple[Experiment, li
     data = exp.model_dump(mode="json")
     old_data = exp.model_dump(mode="json")
     set_path(data, path, value)
-    validated(data, path)  # the user's own value first, so its error names its field
+    new = validated(data, path)  # the user's own value first, so its error names its field
     deps = _dependents(path, value, data, exp)
     for dep_path, dep_value, _ in deps:
         set_path(data, dep_path, dep_value)
-    new = validated(data, path)
+    if deps:  # without dependents `data` is what was just validated: no second pass
+        new = validated(data, path)
     changes = [FieldChange(path=path, old=get_path(old_data, path), new=value)]
     seen = {path}
     reasons: dict[str, Text] = {}

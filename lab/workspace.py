@@ -26,9 +26,10 @@ from typing import Any
 from pydantic import BaseModel, Field, TypeAdapter, model_validator
 
 from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment, get_path, iter_field_paths, set_path
-from lab.history_memo import HistoryMemo
+from lab.history_memo import HistoryMemo, contents_key
+from lab.memo import Memo
 from lab.messages import Text, render, text
-from lab.rules import ChangeError, FieldChange, apply_change, new_experiment, unknown_field_error, validated
+from lab.rules import VALIDATED, ChangeError, FieldChange, apply_change, new_experiment, unknown_field_error, validated
 
 MAX_HISTORY = 200
 LEAF_ORDER: tuple[str, ...] = tuple(p for p, _ in iter_field_paths())
@@ -84,7 +85,57 @@ class Workspace(BaseModel):
                 known = SENT_HISTORIES.known(data.get(side))
                 if known is not None:
                     data = {**data, side: known}
+            for side in ("b", "a"):  # likewise B and A (lab/rules.py VALIDATED, SENT_EXPERIMENTS)
+                exp = known_experiment(data.get(side))
+                if exp is not None:
+                    data = {**data, side: exp}
         return data
+
+
+# B and A as the last answers wrote them (`remember_sent`), by their exact contents: the page sends
+# them back with its next action. The dump of a validated experiment validates back to an equal
+# one (tests/lab/test_answer_cost.py checks it for every recipe), so those contents ARE it.
+SENT_EXPERIMENTS: Memo[Experiment] = Memo(64)
+
+
+def known_experiment(data: Any) -> Experiment | None:
+    """The experiment `data` (JSON sent by the page) is known to validate to, or None: validate it."""
+    if not isinstance(data, dict):
+        return None
+    key = contents_key(data)
+    if key is None:
+        return None
+    sent = SENT_EXPERIMENTS.peek(key)
+    return sent if sent is not None else VALIDATED.peek(key)  # strictly valid contents are valid as sent
+
+
+def remember_sent(exp: Experiment, data: dict[str, Any]) -> None:
+    """`data` is `exp.model_dump(mode="json")`, written into an answer. The page sends it back as
+    JavaScript writes it, where a whole float is an integer (1.0 → 1): that form is remembered too.
+    It validates to the same experiment because every field that holds a float is typed `float` (or
+    `float | None`), which reads an integer as that float (tests/lab/test_answer_cost.py)."""
+    key = contents_key(data)
+    if key is None:
+        return
+    SENT_EXPERIMENTS.put(key, exp)
+    as_js = _as_javascript_writes(data)
+    if as_js is not data:
+        js_key = contents_key(as_js)
+        if js_key is not None:
+            SENT_EXPERIMENTS.put(js_key, exp)
+
+
+def _as_javascript_writes(value: Any) -> Any:
+    """`value` after JSON.parse and JSON.stringify: whole floats become integers (the same object when none is)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        out = {k: _as_javascript_writes(v) for k, v in value.items()}
+        return value if all(out[k] is v for k, v in value.items()) else out
+    if isinstance(value, list):
+        items = [_as_javascript_writes(v) for v in value]
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
 
 
 def workspace_json(ws: Workspace) -> dict[str, Any]:

@@ -65,7 +65,8 @@ def translation_errors(cfg: Config, groups: list) -> list[str]:
 def engine_roles(cfg: Config, environment: bool = True, groups: list | None = None) -> list[str]:
     """Each engine's group (regular / prefill / decode), as the SGLang launcher will plan them."""
     c = cfg.cluster
-    if c.external or c.rollout_backend != "sglang" or c.rollout_num_gpus_per_engine < 1:
+    embedded_pd = c.rollout_backend == "embedded" and bool(c.sglang_config or c.prefill_num_servers)  # ray/runtime.py
+    if c.external or (c.rollout_backend != "sglang" and not embedded_pd) or c.rollout_num_gpus_per_engine < 1:
         return []
     from slime.rollout.engines.sglang import TranslationError
 

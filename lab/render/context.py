@@ -192,6 +192,30 @@ def eagle_settings(exp: Experiment, recipe: Recipe) -> dict[str, Any]:
     return out
 
 
+def embedded_pd(exp: Experiment, recipe: Recipe) -> bool:
+    """PD on the embedded engine (slime/rollout/engines/pd.py): the runtime starts prefill and decode
+    engines from `--prefill-num-servers` and puts sglang-router in PD mode in front of them."""
+    return recipe.backends.rollout == "embedded" and exp.serving.pd.enabled and exp.placement.ownership != "external"
+
+
+def embedded_rollout_units(exp: Experiment, recipe: Recipe) -> int:
+    """`--rollout-num-gpus` of an embedded engine pool: one engine (one model copy), or under PD one
+    engine per prefill and decode engine (the runtime's default_groups splits the pool so)."""
+    if embedded_pd(exp, recipe):
+        return exp.serving.pd.prefill_engines + exp.serving.pd.decode_engines
+    return 1
+
+
+def _embedded_pd_lines(exp: Experiment) -> FlagGroup:
+    pd = exp.serving.pd
+    g = FlagGroup("Embedded engines: prefill/decode disaggregation (KV cache over Mooncake)")
+    g.add("--prefill-num-servers", pd.prefill_engines)  # the rest of the pool decodes
+    g.add("--use-sglang-router")  # sglang-router pairs prefill with decode; slime's router serves regular workers only
+    if pd.rdma_devices:  # without them Mooncake moves the KV cache over TCP
+        g.add("--sglang-disaggregation-ib-device", Var("RDMA_IB_DEVICES"))
+    return g
+
+
 def sglang_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[dict[str, Any]]:
     """Server groups of the policy model for sglang.yaml: regular, or prefill + decode under PD."""
     p, s = exp.placement, exp.serving
@@ -290,7 +314,7 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
     if p.ownership == "colocated":
         g.add("--colocate")
     elif p.ownership == "disaggregated":
-        g.add("--rollout-num-gpus", p.rollout_gpus if not tiny else 1)
+        g.add("--rollout-num-gpus", p.rollout_gpus if not tiny else embedded_rollout_units(exp, recipe))
     else:
         g.add("--rollout-external-engine-addrs", Var("EXTERNAL_ENGINE_ADDRS", array=True))
     if p.ownership != "external":
@@ -371,6 +395,8 @@ def train_flag_groups(exp: Experiment, recipe: Recipe, n_actor: int) -> list[Fla
 
     if recipe.backends.rollout == "sglang":
         groups.append(_sglang_flag_lines(exp, recipe, needs_sglang_yaml(exp, recipe)))
+    elif embedded_pd(exp, recipe):
+        groups.append(_embedded_pd_lines(exp))
 
     if megatron:
         g = FlagGroup("Megatron: parallelism, memory")

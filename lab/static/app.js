@@ -233,12 +233,15 @@ function valueToControl(el, v) {
     return;
   }
   let s = v == null ? "" : kind === "list" ? (v || []).join(", ") : String(v);
+  // Every answer redraws every control; nearly all already show their value. A <select> whose value
+  // is `s` has that option, so only a changed one is searched (and given the option if it lacks it).
+  if (el.value === s) return;
   if (kind === "select" && s !== "" && !$$("option", el).some((o) => o.value === s)) {
     const o = document.createElement("option");
     o.value = o.textContent = s;
     el.append(o);
   }
-  if (el.value !== s) el.value = s;
+  el.value = s;
 }
 
 function drawControls(exp, force) {
@@ -319,14 +322,25 @@ function drawRenderError(msg) {
 }
 
 // Which fields changed with the user's change (dependent changes come back with their reason).
+// The flash is a Web Animation: restarting a CSS animation needs a class removed, a forced layout
+// (`offsetWidth`) and the class added again, which laid out the whole page inside every answer's
+// draw, before the browser could show the new preview. An animation object restarts by itself.
+const flashes = new WeakMap(); // field wrapper → its running flash
+const FLASH = [{ backgroundColor: "#fff3b0" }, { backgroundColor: "transparent" }];
+
+function flash(wrap) {
+  flashes.get(wrap)?.cancel();
+  if (typeof wrap.animate !== "function") return;
+  const a = wrap.animate(FLASH, { duration: 1200, easing: "ease-out" });
+  flashes.set(wrap, a);
+  a.onfinish = a.oncancel = () => { if (flashes.get(wrap) === a) flashes.delete(wrap); };
+}
+
 function drawLastChange(entry) {
   const deps = entry.changes.filter((c) => c.reason);
   for (const c of entry.changes) {
     const wrap = controls.get(c.path)?.closest(".field");
-    if (!wrap) continue;
-    wrap.classList.remove("flash");
-    void wrap.offsetWidth; // restart the animation
-    wrap.classList.add("flash");
+    if (wrap) flash(wrap);
   }
   if (entry.undone) { toast(tr("undone", { label: entryLabel(entry.label) })); return; }
   if (deps.length) toast(tr("changed_with", { list: deps.map((c) => fieldLabel(c.path)).join(", ") }));

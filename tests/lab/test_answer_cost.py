@@ -15,6 +15,7 @@ from fastapi.testclient import TestClient
 from lab import api_workspace as api
 from lab import rules, safe_json
 from lab.app import create_app
+from lab.experiment import Experiment
 from lab.history_memo import HistoryMemo, contents_key
 from lab.memo import Memo
 from lab.render import render_all
@@ -361,3 +362,106 @@ def test_one_process_computes_one_answer_at_a_time(monkeypatch):
 
     assert anyio.run(six_at_once) == [200] * 6
     assert most[0] == 1
+
+
+# --- validation and provenance memos: what they answer is what a fresh computation answers ------
+
+@pytest.mark.parametrize("recipe", sorted(rules.all_recipes()))
+def test_an_experiment_dumped_into_an_answer_validates_back_to_itself(recipe):
+    """What lets SENT_EXPERIMENTS stand for validation: the dump of every recipe's experiment reads
+    back equal, also as JavaScript writes it back (whole floats as integers)."""
+    from lab.workspace import _as_javascript_writes
+
+    exp = rules.new_experiment(recipe)
+    sent = json.loads(json.dumps(exp.model_dump(mode="json")))
+    assert Experiment.model_validate(sent) == exp == Experiment.model_validate(sent, strict=True)
+    as_js = _as_javascript_writes(sent)
+    back = Experiment.model_validate(as_js)
+    assert back == exp and back.model_dump_json() == exp.model_dump_json()
+
+
+def test_every_field_that_holds_a_float_reads_an_integer_as_that_float():
+    """Why the JavaScript form of a dump validates to the same experiment: no field takes int or float both."""
+    import typing
+
+    from lab.experiment import iter_field_paths
+
+    for path, info in iter_field_paths():
+        args = set(typing.get_args(info.annotation)) or {info.annotation}
+        if float in args:
+            assert args <= {float, type(None)}, (path, info.annotation)
+        assert not ({int, float} <= args), path
+
+
+def test_a_remembered_experiment_is_never_answered_for_other_contents():
+    from lab.workspace import SENT_EXPERIMENTS, known_experiment
+
+    client = TestClient(create_app(), base_url="http://127.0.0.1")
+    ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
+    body = {"workspace": ws, "action": {"type": "edit", "path": "rollout.temperature", "value": 0.9}}
+    ws = client.post("/api/workspace", json=body).json()["workspace"]
+    remembered = known_experiment(ws["b"])
+    assert remembered is not None and remembered.rollout.temperature == 0.9  # the answer's B is known as sent
+    as_js = json.loads(json.dumps(ws["b"]))  # as the page sends it back: JSON.stringify writes 2.0 as 2
+    assert as_js["corrections"]["tis_clip"] == 2.0 and isinstance(as_js["corrections"]["tis_clip"], float)
+    as_js["corrections"]["tis_clip"] = as_js["corrections"]["icepop_high"] = 2
+    assert known_experiment(as_js) is remembered
+    as_js["corrections"]["tis_clip"] = 2.5  # any other value: not the remembered experiment
+    assert known_experiment(as_js) is None
+    # The same B edited by hand (a value, a type, a refused value): validated in full, never the memo's.
+    for path, value in (("rollout.temperature", 0.5), ("rollout.temperature", 1), ("task.num_rollout", 3.0),
+                        ("task.num_rollout", 0), ("task.input_key", "-x")):
+        sent = json.loads(json.dumps(ws))
+        section, name = path.split(".")
+        sent["b"][section][name] = value
+        assert known_experiment(sent["b"]) is None, (path, value)
+        r = client.post("/api/workspace", json={"workspace": sent, "action": {"type": "view"}})
+        fresh = Workspace.model_validate(sent).b if r.status_code == 200 else None
+        if fresh is None:  # refused with the field named, as without any memo
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"][-2:] == [section, name], (path, value)
+        else:
+            assert r.json()["workspace"]["b"] == fresh.model_dump(mode="json"), (path, value)
+    # An edit after an answer from memory is the edit, not the remembered experiment.
+    again = client.post("/api/workspace", json={"workspace": ws, "action": {"type": "edit", "path": "rollout.temperature",
+                                                                            "value": 0.7}}).json()
+    assert again["workspace"]["b"]["rollout"]["temperature"] == 0.7
+    assert len(SENT_EXPERIMENTS) <= SENT_EXPERIMENTS.size and len(rules.VALIDATED) <= rules.VALIDATED.size
+
+
+def test_a_strict_check_is_not_answered_by_a_lax_memo():
+    """rules.validated is strict: contents that only lax validation accepts are refused, whatever was sent before."""
+    from lab.workspace import SENT_EXPERIMENTS, remember_sent
+
+    exp = Workspace().b
+    data = exp.model_dump(mode="json")
+    data["task"]["num_rollout"] = "7"  # lax validation makes it 7; strict refuses a string
+    remember_sent(exp, data)  # even if such contents were ever remembered as sent
+    with pytest.raises(rules.ChangeError):
+        rules.validated(data)
+    SENT_EXPERIMENTS.clear()
+
+
+def test_an_edited_source_gives_a_new_provenance_record_at_once(tmp_path, monkeypatch):
+    from lab import provenance as P
+    from lab.recipes import REPO_ROOT, get_recipe
+
+    recipe = get_recipe("glm4-9b")
+    first = P.provenance(recipe, "x")
+    assert P.provenance(recipe, "x") is first  # remembered while nothing changed
+    spec = REPO_ROOT / recipe.model_spec
+    st = spec.stat()
+    try:
+        os.utime(spec, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # touched: hashed again
+        assert P.provenance(recipe, "x") is not first
+    finally:
+        os.utime(spec, ns=(st.st_atime_ns, st.st_mtime_ns))
+    copy = tmp_path / "spec.sh"
+    copy.write_bytes(spec.read_bytes() + b"# edited\n")
+    monkeypatch.setattr(P, "_source_paths", lambda r: {"recipe": f"recipes/{r.name}.yaml", "model_spec": str(copy)})
+    rec = P.provenance(recipe, "x")
+    assert rec["sources"]["model_spec"]["sha256"] != first["sources"]["model_spec"]["sha256"]
+    copy.write_bytes(spec.read_bytes() + b"# edited again, same size\n"[:9])
+    os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 2_000_000))
+    assert P.provenance(recipe, "x")["sources"]["model_spec"]["sha256"] != rec["sources"]["model_spec"]["sha256"]
+    P.reset_cache()
+    assert P.provenance(recipe, "x") is not first and len(P._RECORDS) == 1
