@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence, overload
 
 from slime.refusals import Refusal, declare, message_of
 
@@ -128,6 +128,10 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+@overload
+def flag_int(flags: Mapping[str, Any], key: str) -> int | None: ...
+@overload
+def flag_int(flags: Mapping[str, Any], key: str, default: int) -> int: ...
 def flag_int(flags: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
     v = flags.get(key)
     if v is None or v is False:
@@ -138,6 +142,10 @@ def flag_int(flags: Mapping[str, Any], key: str, default: int | None = None) -> 
         raise ModelSpecError(_R("not_integer", flag=_flag(key), value=_plain(v))) from None
 
 
+@overload
+def flag_float(flags: Mapping[str, Any], key: str) -> float | None: ...
+@overload
+def flag_float(flags: Mapping[str, Any], key: str, default: float) -> float: ...
 def flag_float(flags: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
     v = flags.get(key)
     if v is None or v is False:
@@ -396,12 +404,11 @@ class ModelSpec:
 
 def spec_from_flags(flags: Mapping[str, Any], name: str = "spec") -> ModelSpec:
     """Flag dict (underscore keys, as :func:`flags_from_argv` gives) -> :class:`ModelSpec`."""
-    missing = [_flag(k) for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size") if k not in flags]
+    required = {k: flag_int(flags, k) for k in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")}
+    missing = [_flag(k) for k, v in required.items() if v is None]
     if missing:
         raise ModelSpecError(_R("lacks", name=name, flags=", ".join(missing)))
-    layers = flag_int(flags, "num_layers")
-    hidden = flag_int(flags, "hidden_size")
-    heads = flag_int(flags, "num_attention_heads")
+    layers, hidden, heads, vocab = (v or 0 for v in required.values())  # none is None (checked above)
     experts = flag_int(flags, "num_experts", 0)
     gqa = flag_bool(flags, "group_query_attention") or "num_query_groups" in flags
     hybrid = "hybrid_linear_attention" in flags or "linear_attention_freq" in flags
@@ -413,7 +420,7 @@ def spec_from_flags(flags: Mapping[str, Any], name: str = "spec") -> ModelSpec:
         kv_groups=flag_int(flags, "num_query_groups", heads) if gqa else heads,
         kv_channels=flag_int(flags, "kv_channels", hidden // heads),
         ffn=flag_int(flags, "ffn_hidden_size", 4 * hidden),
-        vocab=flag_int(flags, "vocab_size"),
+        vocab=vocab,
         tied_embeddings=not flag_bool(flags, "untie_embeddings_and_output_weights"),
         norm_eps=flag_float(flags, "norm_epsilon", 1e-5),
         norm_1p=flag_bool(flags, "apply_layernorm_1p"),
@@ -477,8 +484,8 @@ def load_model_spec(path: str | Path) -> ModelSpec:
 
     Cached per (file, modification time): an edited spec is re-read, an unchanged one costs a stat.
     """
-    p = Path(path)
-    p = str(p if p.is_absolute() else REPO_ROOT / p)
+    given = Path(path)
+    p = str(given if given.is_absolute() else REPO_ROOT / given)
     try:
         mtime = os.stat(p).st_mtime_ns
     except FileNotFoundError as exc:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 PREFIX = "phase/"
 # In the order a step runs them (the order of the stacked bar in the lab and in the summary).
@@ -49,7 +50,7 @@ class PhaseClock:
     @contextmanager
     def phase(self, name: str | None) -> Iterator[None]:
         """Time the block as `name` (None: a container that books only what its inner phases name)."""
-        frame = [name, self._now(), 0.0]
+        frame: list[Any] = [name, self._now(), 0.0]
         self._stack.append(frame)
         try:
             yield

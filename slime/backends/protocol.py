@@ -14,6 +14,8 @@ from typing import Any, Iterator, Protocol
 class TrainerBackend(Protocol):
     """One trainer rank. `build` runs inside the rank's process, after the placement is known."""
 
+    resume_state: dict[str, Any]  # the runtime state of --load ({} when fresh), set by `build`
+
     @classmethod
     def build(cls, cfg: Any, rank: int, world_size: int, master: tuple[str, int]) -> "TrainerBackend":
         """Join the rank's process groups (formed from the placement: `master` is rank 0's
@@ -32,6 +34,10 @@ class TrainerBackend(Protocol):
         hold shards sets the class attribute `collective = True`: then every rank iterates
         (collectives inside), rank 0 gets every tensor once and the others nothing; `log_probs`
         is then collective too. Without it, rank 0 alone is asked."""
+
+    def named_weights(self) -> dict[str, Any]:
+        """Every weight under the engines' (HF) names, as tensors; collective like
+        `export_buckets` (ranks other than 0 of a collective backend get {})."""
 
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         """Checkpoint under root/iter_NNNNNNN with the runtime `state`; collective."""
@@ -66,3 +72,9 @@ class CriticBackend(Protocol):
 
     def save(self, root: str, iteration: int, state: dict[str, Any]) -> str:
         """Checkpoint under root/iter_NNNNNNN (same layout as the trainer's); collective."""
+
+    def offload(self) -> dict[str, float]:
+        """--offload-train: give the accelerator back while rollout runs; memory figures (GiB)."""
+
+    def onload(self) -> dict[str, float]:
+        """Take the accelerator again before training."""

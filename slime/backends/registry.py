@@ -13,9 +13,12 @@ import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from slime.refusals import declare
+
+if TYPE_CHECKING:
+    from slime.backends.protocol import CriticBackend, TrainerBackend
 
 _R = declare("backends", {"unknown": ("name", "known")})
 
@@ -104,12 +107,12 @@ def model_flag_errors(cfg) -> list[str]:
     return [f"{path}: {line}" for line in lines]
 
 
-def backend_class(name: str) -> type:
+def backend_class(name: str) -> type[TrainerBackend]:
     """The backend class (imports torch and, for megatron, megatron-core)."""
     return _resolve(get_backend(name).cls)
 
 
-def critic_class(name: str) -> type:
+def critic_class(name: str) -> type[CriticBackend]:
     """The backend's critic class (--advantage-estimator ppo); its capability check refused ppo
     before start when there is none, so reaching the error below is a registry bug."""
     path = get_backend(name).critic

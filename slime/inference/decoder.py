@@ -13,13 +13,19 @@ by re-running its full forward every step (slow, but correct).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
 _SUPPORTED = {"llama", "qwen2", "qwen3"}
 
+# A Hugging Face causal LM (a torch Module). Its parts are read by name (model.model.layers[i]
+# .self_attn.q_proj, config.model_type), which nn.Module's typing can only call `Tensor | Module`.
+HFCausalLM = Any
 
-def fast_path_supported(model: torch.nn.Module) -> bool:
+
+def fast_path_supported(model: HFCausalLM) -> bool:
     cfg = model.config
     if cfg.model_type not in _SUPPORTED or getattr(cfg, "use_sliding_window", False):
         return False
@@ -45,7 +51,7 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 class SlotDecoder:
     """Static per-layer caches k/v: [slots, kv_heads, capacity, head_dim]."""
 
-    def __init__(self, model: torch.nn.Module, use_graphs: bool | None = None):
+    def __init__(self, model: HFCausalLM, use_graphs: bool | None = None):
         self.model = model
         cfg = model.config
         self.n_heads = cfg.num_attention_heads
@@ -57,7 +63,7 @@ class SlotDecoder:
         # One side stream for every graph's warm-up and capture: torch keeps a cuBLAS workspace per
         # (handle, stream) for the process's life (32 MiB on Hopper), so a fresh stream per capture
         # added a workspace per (batch bucket, length) captured.
-        self._side_stream = None
+        self._side_stream: torch.cuda.Stream | None = None
         self.reset()
 
     # -- cache management ---------------------------------------------------------------------
@@ -68,9 +74,10 @@ class SlotDecoder:
         self.slots = 0
         self.capacity = 0
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.pool = None
-        self.dtype = None
-        self.tok = self.pos = None  # [slots] device state the decode step reads
+        self.pool: torch.cuda._POOL_HANDLE | None = None
+        self.dtype: torch.dtype | None = None
+        # [slots] device state the decode step reads; empty until ensure() sizes it
+        self.tok = self.pos = torch.zeros(0, dtype=torch.long)
 
     @property
     def device(self) -> torch.device:
@@ -101,7 +108,7 @@ class SlotDecoder:
                     store.append(t)
         tok = torch.zeros(new_slots, dtype=torch.long, device=dev)
         pos = torch.zeros(new_slots, dtype=torch.long, device=dev)
-        if self.tok is not None:
+        if self.slots:
             tok[: self.slots], pos[: self.slots] = self.tok, self.pos
         self.tok, self.pos = tok, pos
         self.slots, self.capacity = new_slots, new_cap
@@ -113,7 +120,7 @@ class SlotDecoder:
         self.graphs.clear()  # they point at the old buffers
         self.pool = None  # a pool dies with the last graph that used it: never reuse its handle
 
-    def _qkv(self, layer: torch.nn.Module, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    def _qkv(self, layer: Any, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
         attn = layer.self_attn
         b, t = h.shape[:2]
         q = attn.q_proj(h).view(b, t, self.n_heads, self.head_dim)
@@ -211,7 +218,7 @@ class SlotDecoder:
         graph.replay()
         return out
 
-    def _capture(self, n: int, length: int):
+    def _capture(self, n: int, length: int) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
         # Warm-up and capture run with every position at length-1: a column no live row has
         # reached yet (rows only read positions <= their own), so the real step overwrites it.
         saved = self.pos[:n].clone()
@@ -251,7 +258,7 @@ class RecomputeDecoder:
 
     graphs_on = False
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: HFCausalLM):
         self.model = model
         self.seqs: dict[int, list[int]] = {}
         self.slots = self.capacity = 0

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from slime.rollout.manager import RolloutManager
+
+if TYPE_CHECKING:
+    from slime.backends.protocol import CriticBackend, TrainerBackend
+    from slime.sync.cuda_ipc import PackedBucket
+    from slime.sync.mooncake import MooncakeSender
 
 
 def _limit_threads(n: int = 1) -> None:
@@ -95,11 +100,15 @@ class _Rendezvous:
 
 @ray.remote
 class TrainerActor:
+    trainer: TrainerBackend  # built by init(), which the runtime calls before anything else
+    _mooncake: MooncakeSender  # made by the first mooncake_prepare()
+
     def __init__(self, rank: int, world_size: int, threads: int = 1):
         _limit_threads(threads)
         self.rank, self.world_size = rank, world_size
-        self.trainer = None
         self._rdv = _Rendezvous()
+        self._ipc: list[PackedBucket] = []  # kept alive from export_ipc_buckets() to finish_ipc()
+        self._bcast: list[dict[str, Any]] = []  # from prepare_broadcast() to finish_broadcast()
 
     def master_address(self) -> tuple[str, int]:
         """Called on rank 0: its address and a port reserved until init() (or the weight group) forms."""
@@ -184,7 +193,7 @@ class TrainerActor:
         return [p.handle for p in self._ipc]
 
     def finish_ipc(self) -> None:
-        self._ipc = None
+        self._ipc = []
         import torch
 
         if torch.cuda.is_available():
@@ -228,7 +237,7 @@ class TrainerActor:
             g.broadcast(t.to(g.device))
 
     def finish_broadcast(self) -> None:
-        self._bcast = None
+        self._bcast = []
 
     # -- Mooncake transfer engine (rank 0 writes into engine buffers; slime/sync/mooncake.py) -----
     def mooncake_prepare(self, buffer_size: int, protocol: str, device: str) -> list:
@@ -259,10 +268,11 @@ class CriticActor:
     """One critic rank of --advantage-estimator ppo, placed in the bundle of the trainer rank of
     the same index; the backend is the registry's `critic` of --train-backend."""
 
+    critic: CriticBackend  # built by init(), which the runtime calls before anything else
+
     def __init__(self, rank: int, world_size: int, threads: int = 1):
         _limit_threads(threads)
         self.rank, self.world_size = rank, world_size
-        self.critic = None
         self._rdv = _Rendezvous()
 
     def master_address(self) -> tuple[str, int]:
@@ -331,7 +341,9 @@ class SGLangRouterActor:
         return self.url
 
     def pid(self) -> int:
-        return self.proc.proc.pid
+        proc = self.proc.proc
+        assert proc is not None, "started in __init__"
+        return proc.pid
 
     def shutdown(self) -> None:
         self.proc.stop()

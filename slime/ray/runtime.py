@@ -48,10 +48,11 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
 
     problems = validate(cfg)
     if not problems:
+        assert cfg.data.prompt_data is not None  # validate() refuses a missing --prompt-data
         try:
             check_data(cfg.data.prompt_data, cfg.data.input_key, cfg.data.label_key, "--prompt-data")
-            for name, path in cfg.eval.datasets:
-                check_data(path, cfg.data.input_key, cfg.data.label_key, f"--eval-prompt-data {name}")
+            for name, eval_path in cfg.eval.datasets:
+                check_data(eval_path, cfg.data.input_key, cfg.data.label_key, f"--eval-prompt-data {name}")
         except DataError as e:
             problems.append(message_of(e))
     try:
@@ -97,7 +98,8 @@ def preflight(cfg: Config, load_hooks: bool = True) -> dict[str, Any]:
         from slime.rollout.engines.external import check_external_engines
         from slime.sync.weight_sync import default_transport
 
-        problems.extend(check_external_engines(cfg.cluster.external_engine_addrs, cfg.model.hf_checkpoint,
+        assert cfg.model.hf_checkpoint is not None  # validate() refuses a missing --hf-checkpoint
+        problems.extend(check_external_engines(cfg.cluster.external_engine_addrs or [], cfg.model.hf_checkpoint,
                                                default_transport(cfg.sync, cfg.cluster.colocate)))
     c = cfg.cluster
     if not problems and not c.external and (c.rollout_backend == "sglang" or c.sglang_config or c.prefill_num_servers):
@@ -145,6 +147,8 @@ def total_rollouts(cfg: Config) -> int:
         return cfg.run.num_rollout
     from slime.data.dataset import read_records
 
+    # validate() asks for --num-rollout or --num-epoch, and for --prompt-data
+    assert cfg.run.num_epoch is not None and cfg.data.prompt_data is not None
     return cfg.run.num_epoch * max(1, len(read_records(cfg.data.prompt_data)) // cfg.rollout.rollout_batch_size)
 
 
@@ -202,9 +206,9 @@ class Runtime:
         train_pool, rollout_pool = create_pools(c)
         n = c.num_trainer_ranks
         share = trainer_bundle_share(cfg)
-        trainers = [TrainerActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)]
-        critics = [CriticActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)] \
-            if estimators.of(cfg.loss).needs_critic else []
+        trainers = [TrainerActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)]  # type: ignore[attr-defined]  # @ray.remote made it an ActorClass; mypy skips class decorators
+        critics = ([CriticActor.options(**train_pool.options(i, share)).remote(i, n) for i in range(n)]  # type: ignore[attr-defined]  # @ray.remote made it an ActorClass; mypy skips class decorators
+                   if estimators.of(cfg.loss).needs_critic else [])
         master = ray.get(trainers[0].master_address.remote())
         cfg.optim.total_steps = total_rollouts(cfg) * steps_per_rollout(cfg)  # the LR schedule's length
         init = [t.init.remote(master, cfg) for t in trainers]  # the registry's backend, on every rank
@@ -214,7 +218,7 @@ class Runtime:
             critic_init = [a.init.remote(critic_master, cfg) for a in critics]
         sglang = c.rollout_backend == "sglang" and not c.external
         # sglang-router starts once the engines serve (its power_of_two policy wants its workers at launch)
-        router = None if c.use_sglang_router else RouterActor.remote(cfg.rollout.server_concurrency, c.router_policy)
+        router = None if c.use_sglang_router else RouterActor.remote(cfg.rollout.server_concurrency, c.router_policy)  # type: ignore[attr-defined]  # @ray.remote made it an ActorClass; mypy skips class decorators
         rt = cls(cfg, trainers, [], None, None, int(state.get("next_rollout_id", 0)), total_rollouts(cfg),
                  int(state.get("weight_version", 0)), steps_per_rollout(cfg),
                  [p.pg for p in {id(p.pg): p for p in (train_pool, rollout_pool)}.values() if p.pg is not None],
@@ -224,7 +228,7 @@ class Runtime:
         if router is not None:
             rt.router_url = ray.get(router.get_url.remote())
         if c.external:
-            rt.engines = [EngineHandle(normalize_addr(a)) for a in c.external_engine_addrs]
+            rt.engines = [EngineHandle(normalize_addr(a)) for a in c.external_engine_addrs or []]
         else:
             rt.engines = [rt._start_engine(j, wait=False) for j in range(len(rt.specs) or c.num_engines)]
         for h in rt.engines:
@@ -247,7 +251,7 @@ class Runtime:
             regular = [u for u, kind, _ in workers if kind == "regular"]
             prefill = [(u, port) for u, kind, port in workers if kind == "prefill"]
             decode = [u for u, kind, _ in workers if kind == "decode"]
-            rt.router = SGLangRouterActor.remote(c.router_policy, cfg.fault.health_check_interval,
+            rt.router = SGLangRouterActor.remote(c.router_policy, cfg.fault.health_check_interval,  # type: ignore[attr-defined]  # @ray.remote made it an ActorClass; mypy skips class decorators
                                                  cfg.fault.health_check_timeout, log, regular, prefill, decode)
             rt.router_url = ray.get(rt.router.get_url.remote())
         admin = RouterAdmin(rt.router_url)
@@ -300,7 +304,7 @@ class Runtime:
                 f = self.pd_specs[j].fields
                 args = {**args, **{k: f[k] for k in ("disaggregation_mode", "disaggregation_transfer_backend",
                                                      "disaggregation_ib_device") if k in f}}
-            actor = EngineActor.options(**self.rollout_pool.options(j)).remote(cfg.model.hf_checkpoint, seed, 1,
+            actor = EngineActor.options(**self.rollout_pool.options(j)).remote(cfg.model.hf_checkpoint, seed, 1,  # type: ignore[attr-defined]  # @ray.remote made it an ActorClass; mypy skips class decorators
                                                                                args)
             h = EngineHandle(ray.get(actor.get_url.remote()), actor)
         else:  # UNTESTED on GPU
@@ -528,7 +532,7 @@ class Runtime:
     def save_due(self, rollout_id: int) -> bool:
         m = self.cfg.model
         return bool(m.save and m.save_interval) and (
-            (rollout_id + 1) % m.save_interval == 0 or rollout_id == self.num_rollout - 1)
+            (rollout_id + 1) % (m.save_interval or 1) == 0 or rollout_id == self.num_rollout - 1)
 
     def save(self, rollout_id: int) -> str:
         import ray

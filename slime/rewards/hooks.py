@@ -36,7 +36,7 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, overload
 
 from slime.refusals import declare
 
@@ -304,6 +304,12 @@ async def acall_reward_hook(
     return _scores(raw, sample_or_samples, reward_key, kind, hook_path(fn), index)
 
 
+@overload
+def call_reward_hook(fn: Callable[..., Any], sample_or_samples: list[Any], *, reward_key: str | None = None,
+                     args: Any = None, index: Any = None) -> list[float]: ...
+@overload
+def call_reward_hook(fn: Callable[..., Any], sample_or_samples: Any, *, reward_key: str | None = None,
+                     args: Any = None, index: Any = None) -> float: ...
 def call_reward_hook(
     fn: Callable[..., Any],
     sample_or_samples: Any | Sequence[Any],

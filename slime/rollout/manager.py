@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slime.config import DataConfig, EvalConfig, RolloutConfig, SamplingConfig
 from slime.data.dataset import DataPosition, PromptRecord, PromptSource, load_prompts
@@ -28,6 +28,10 @@ from slime.rollout.generate import (
 from slime.rollout.producers import sample_id
 from slime.rollout.rewards import RewardScorer
 from slime.rollout.router import split_evenly
+
+if TYPE_CHECKING:
+    from slime.rollout.producers import ProducerGroup
+    from slime.rollout.queue import RolloutQueue
 
 PD_RETRY_S = 300.0  # how long a PD request is retried (see RolloutManager._send)
 
@@ -48,10 +52,11 @@ class RolloutManager:
         self.data, self.rollout, self.eval_cfg = data, rollout, eval_cfg
         # straw + fully async: producer actors generate the groups (one options dict each: placement);
         # started first, so that their processes come up while this one loads the tokenizer and data
-        self.producers = None
+        self.producers: ProducerGroup | None = None
         if producers and rollout.queue_dir:
             self._start_producers(producers, hf_checkpoint, router_url)
         self.tokenizer = load_tokenizer(hf_checkpoint)
+        assert data.prompt_data is not None  # validate() refuses a missing --prompt-data
         self.records = self._load(data.prompt_data, "--prompt-data")
         start = DataPosition.from_dict(position) if position else DataPosition()
         self.source = PromptSource(self.records, data.rollout_shuffle, data.rollout_seed, start)
@@ -76,7 +81,7 @@ class RolloutManager:
             from slime.rewards.hooks import load_function
 
             self.filter_hook = load_function(rollout.dynamic_sampling_filter_path, kind="dynamic_sampling_filter")
-        self.queue = None
+        self.queue: RolloutQueue | None = None
         self.queued: dict[int, int] = {}  # rollout id -> queue seq of a generated, not yet trained rollout
         if rollout.queue_dir:
             self._open_queue(start_rollout_id)
@@ -88,14 +93,16 @@ class RolloutManager:
     def _open_queue(self, start_rollout_id: int) -> None:
         from slime.rollout.queue import RolloutQueue
 
-        self.queue = RolloutQueue(self.rollout.queue_dir, self.rollout.queue_run_id)
-        for seq, payload in self.queue.pending():
+        r = self.rollout
+        assert r.queue_dir and r.queue_run_id  # validate(): both or neither
+        self.queue = queue = RolloutQueue(r.queue_dir, r.queue_run_id)
+        for seq, payload in queue.pending():
             rid = int(payload["rollout_id"])
             if rid < start_rollout_id:  # trained and checkpointed already: its ack was lost
-                self.queue.ack(seq)
+                queue.ack(seq)
             else:
                 self.queued[rid] = seq
-        if self.queued or any(self.queue.recovered.values()):
+        if self.queued or any(queue.recovered.values()):
             print(f"[slime] straw queue {self.rollout.queue_dir} (run {self.rollout.queue_run_id}): resumed with "
                   f"rollouts {sorted(self.queued)} generated and not trained yet; recovered {self.queue.recovered}",
                   flush=True)
@@ -104,15 +111,17 @@ class RolloutManager:
         from slime.rollout.producers import ProducerGroup, RouterGenerator, producer_ids
 
         r = self.rollout
+        assert r.queue_dir and r.queue_run_id  # validate(): both or neither
         self.producers = ProducerGroup(r.queue_dir, r.queue_run_id, producer_ids(len(options)),
                                        RouterGenerator(r, hf_checkpoint, router_url), options,
                                        workers=max(1, r.server_concurrency // max(r.n_samples_per_prompt, 1)))
 
     def _discard_produced(self, start_rollout_id: int) -> None:
         """Producer groups of rollouts trained before the checkpoint, or already in the run's queue, go."""
-        r = self.rollout
-        dropped = self.producers.discard(start_rollout_id, sorted(self.queued))
-        print(f"[slime] straw producers: {len(self.producers.ids)} Ray actors ({', '.join(self.producers.ids)}), "
+        r, producers = self.rollout, self.producers
+        assert producers is not None  # called only when they were started
+        dropped = producers.discard(start_rollout_id, sorted(self.queued))
+        print(f"[slime] straw producers: {len(producers.ids)} Ray actors ({', '.join(producers.ids)}), "
               f"each placed beside an engine group, writing under {r.queue_dir}/producers/", flush=True)
         if dropped:
             print(f"[slime] straw producers: dropped {dropped} group(s) of rollouts already trained or assembled",
@@ -120,17 +129,19 @@ class RolloutManager:
 
     def _produce(self, rollout_id: int, samples: list[Sample], n: int) -> tuple[list[Sample], dict[str, float]]:
         """The rollout's groups generated by the producers, each exactly once, in group order."""
-        before = sum(self.producers.restarts.values())
+        producers = self.producers
+        assert producers is not None  # called only when they were started
+        before = sum(producers.restarts.values())
         tasks = {g: [s.to_dict() for s in samples[g * n:(g + 1) * n]] for g in range(len(samples) // n)}
-        records = self.producers.collect(rollout_id, tasks)
+        records = producers.collect(rollout_id, tasks)
         out, seen = [], set()
         for rec in records:
             for d in rec["samples"]:
                 if d["sample_id"] not in seen:  # one copy per sample id, whatever the producers did
                     seen.add(d["sample_id"])
                     out.append(Sample.from_dict(d))
-        return out, {"rollout/producers": float(len(self.producers.ids)),
-                     "rollout/producer_restarts": float(sum(self.producers.restarts.values()) - before)}
+        return out, {"rollout/producers": float(len(producers.ids)),
+                     "rollout/producer_restarts": float(sum(producers.restarts.values()) - before)}
 
     def ack(self, rollout_id: int) -> None:
         """The trainer consumed rollout `rollout_id`: drop it from the queue (durably)."""
@@ -268,6 +279,7 @@ class RolloutManager:
 
     def generate(self, rollout_id: int) -> tuple[list[Sample], dict[str, float]]:
         if rollout_id in self.queued:  # generated before a restart, never trained: no regeneration
+            assert self.queue is not None  # self.queued is filled from it
             payload = self.queue.get(self.queued[rollout_id])
             self.positions[rollout_id] = self.source.position
             self.buffers[rollout_id] = [[s.to_dict() for s in g] for g in self.buffer]
@@ -453,7 +465,7 @@ class RolloutManager:
             if self.rollout.group_rm:  # group hooks do not apply to eval: score with the sample form
                 raise ValueError("--group-rm is not supported in evaluation; use --rm-type for eval")
             scorer.score(samples, n)
-            out[f"eval/{name}"] = sum(s.reward for s in samples) / max(len(samples), 1)
+            out[f"eval/{name}"] = sum(s.reward or 0.0 for s in samples) / max(len(samples), 1)  # scored above
             out[f"eval/{name}{EVAL_LENGTH_SUFFIX}"] = sum(s.response_length for s in samples) / max(len(samples), 1)
         return out
 

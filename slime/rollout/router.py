@@ -29,6 +29,7 @@ import bisect
 import hashlib
 import itertools
 import json
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class Worker:
     healthy: bool = True
     load: int = 0
     served: int = 0
-    sem: asyncio.Semaphore | None = field(default=None, repr=False)
+    sem: asyncio.Semaphore = field(default_factory=asyncio.Semaphore, repr=False)  # the router gives --concurrency slots
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "url": self.url, "worker_type": self.worker_type, "is_healthy": self.healthy,
@@ -336,25 +337,23 @@ class SGLangRouterProcess:
         self.cmd = sglang_router_argv(self.host, self.port, policy, worker_urls, health_interval_s, health_timeout_s,
                                       prefill=prefill, decode=decode)
         self.log_path = log_path
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> str:
-        import subprocess
-
         log = open(self.log_path, "ab") if self.log_path else None  # noqa: SIM115 - the child keeps it
-        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT if log else None,
-                                     preexec_fn=_die_with_parent)
+        self.proc = proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT if log else None,
+                                            preexec_fn=_die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if proc.poll() is not None:
                 if self.log_path:
-                    raise RuntimeError(_R("exited_log", code=self.proc.returncode, command=" ".join(self.cmd),
+                    raise RuntimeError(_R("exited_log", code=proc.returncode, command=" ".join(self.cmd),
                                           log=str(self.log_path)))
-                raise RuntimeError(_R("exited", code=self.proc.returncode, command=" ".join(self.cmd)))
+                raise RuntimeError(_R("exited", code=proc.returncode, command=" ".join(self.cmd)))
             try:
                 if httpx.get(self.url + "/workers", timeout=2, trust_env=False).status_code == 200:
                     return self.url

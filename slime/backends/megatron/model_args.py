@@ -44,6 +44,12 @@ def _require(flags: Mapping[str, Any], *keys: str) -> None:
         raise ModelArgsError(_S("lacks", flags=", ".join("--" + k.replace("_", "-") for k in missing)))
 
 
+def _dim(flags: Mapping[str, Any], key: str) -> int:
+    """A dimension the spec must give (refused when it lacks it)."""
+    _require(flags, key)
+    return flag_int(flags, key, 0)  # present: the default is never taken
+
+
 # --- what this backend builds ------------------------------------------------------------------
 
 # Flags the spec files use that this backend does not build yet. Refused with the reason rather
@@ -70,7 +76,7 @@ _S = declare("megatron.spec", {
 
 
 def unsupported_flags(flags: Mapping[str, Any]) -> list[str]:
-    out = [_R(k) for k in UNSUPPORTED if flag_bool(flags, k)]
+    out: list[str] = [_R(k) for k in UNSUPPORTED if flag_bool(flags, k)]
     variant = flags.get("hybrid_linear_attention")
     if variant not in (None, False) and linear_attention_variant(flags) not in LINEAR_ATTENTION_VARIANTS:
         out.append(_R("linear_attention_variant", variant=linear_attention_variant(flags),
@@ -110,14 +116,14 @@ def is_mla(flags: Mapping[str, Any]) -> bool:
 
 
 def num_query_groups(flags: Mapping[str, Any]) -> int:
-    heads = flag_int(flags, "num_attention_heads")
+    heads = _dim(flags, "num_attention_heads")
     if flag_bool(flags, "group_query_attention") or "num_query_groups" in flags:
         return flag_int(flags, "num_query_groups", heads)
     return heads
 
 
 def kv_channels(flags: Mapping[str, Any]) -> int:
-    return flag_int(flags, "kv_channels") or flag_int(flags, "hidden_size") // flag_int(flags, "num_attention_heads")
+    return flag_int(flags, "kv_channels") or _dim(flags, "hidden_size") // _dim(flags, "num_attention_heads")
 
 
 def padded_vocab_size(flags: Mapping[str, Any], tp: int = 1) -> int:
@@ -144,8 +150,8 @@ def transformer_config_kwargs(flags: Mapping[str, Any], parallel: Mapping[str, A
     if bad:
         raise ModelArgsError(_S("cannot_build", reasons="; ".join(bad)))
     _require(flags, "num_layers", "hidden_size", "num_attention_heads")
-    num_layers = flag_int(flags, "num_layers")
-    hidden = flag_int(flags, "hidden_size")
+    num_layers = _dim(flags, "num_layers")
+    hidden = _dim(flags, "hidden_size")
     kw: dict[str, Any] = {
         "num_layers": num_layers,
         "hidden_size": hidden,
@@ -288,7 +294,7 @@ def layer_spec_kwargs(flags: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parallel_kwargs(megatron: Mapping[str, Any]) -> dict[str, Any]:
-    kw = {
+    kw: dict[str, Any] = {
         "tensor_model_parallel_size": flag_int(megatron, "tensor_model_parallel_size", 1),
         "pipeline_model_parallel_size": flag_int(megatron, "pipeline_model_parallel_size", 1),
         "context_parallel_size": flag_int(megatron, "context_parallel_size", 1),
