@@ -17,7 +17,7 @@ import difflib
 import re
 import typing
 from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from slime import estimators
 from slime.backends.registry import backend_capability_errors, model_flag_errors
@@ -76,7 +76,7 @@ def _argparse_problem(message: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # raise instead of sys.exit, so callers and tests see it
+    def error(self, message: str) -> NoReturn:  # raise instead of sys.exit, so callers and tests see it
         raise UsageError(_argparse_problem(message))
 
 
@@ -204,7 +204,7 @@ def _by_keyword(cls: type, prefix: str, values: dict[str, Any]) -> Any:
     kw: dict[str, Any] = {}
     for name, hint in _fields(cls):
         path = f"{prefix}.{name}" if prefix else name
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kw[name] = _by_keyword(hint, path, values)
         elif path in values:
             kw[name] = values[path]

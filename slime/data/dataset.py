@@ -172,7 +172,7 @@ class PromptSource:
 
     def next_batch(self, n: int) -> list[tuple[int, PromptRecord]]:
         """n prompts with the epoch each came from; crosses epoch boundaries."""
-        out = []
+        out: list[tuple[int, PromptRecord]] = []
         epoch, offset = self.position.epoch, self.position.offset
         while len(out) < n:
             order = self.epoch_order(epoch)

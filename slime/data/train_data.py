@@ -45,7 +45,7 @@ def build_records(samples: list[Sample], n: int, rollout_batch_size: int, estima
         ids = {s.group_index for s in samples[g * n:(g + 1) * n]}
         if len(ids) != 1:
             raise ValueError(f"samples {g * n}..{(g + 1) * n - 1} mix groups {sorted(ids)}")
-    rewards = [float(s.reward) for s in samples]
+    rewards = [float(s.reward) for s in samples]  # type: ignore[arg-type]  # scored before the batch; None raises here
     advantages = compute_advantages(rewards, n, estimator, normalize, std_normalization)
     records = []
     for i, (s, a) in enumerate(zip(samples, advantages)):

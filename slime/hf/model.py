@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
+
+# A Hugging Face causal LM (a transformers PreTrainedModel, a torch Module). Its parts are read by
+# name (model.model.layers[i].self_attn.q_proj, config.model_type), which nn.Module's typing can
+# only call `Tensor | Module`: so it is Any to the type checker.
+HFCausalLM = Any
 
 
 def pick_device() -> torch.device:
@@ -19,7 +25,7 @@ def load_tokenizer(hf_checkpoint: str):
 
 
 def load_model(hf_checkpoint: str, weights: dict[str, torch.Tensor] | None = None,
-               device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
+               device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> HFCausalLM:
     """The architecture always comes from --hf-checkpoint's config.json; the weights from there
     or from `weights` (a trainer checkpoint). float32 on CPU: the train/rollout KL check relies
     on both sides computing in the same precision."""
@@ -31,6 +37,7 @@ def load_model(hf_checkpoint: str, weights: dict[str, torch.Tensor] | None = Non
     from slime.hf.weights import load_into
 
     device = device or pick_device()
+    model: HFCausalLM
     if weights is None:
         model = AutoModelForCausalLM.from_pretrained(hf_checkpoint, dtype=dtype)
     else:

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import cast
 
 import numpy as np
 import torch
@@ -99,7 +101,7 @@ class ContinuousBatcher:
                 seed = rp.seed if rp.seed is not None else int(
                     torch.randint(0, 2 ** 62, (1,), generator=self.generator))
                 stops = frozenset(rp.stop_token_ids) | (frozenset() if rp.ignore_eos else frozenset(self.eos_ids))
-                rows.append(_Row(list(p), rp, seed & (2 ** 64 - 1), stops, (lambda i=i: should_abort(i)), batch, i,
+                rows.append(_Row(list(p), rp, seed & (2 ** 64 - 1), stops, partial(should_abort, i), batch, i,
                                  kv_in=kv_in[i] if kv_in else None, export=export))
             for r in rows:
                 if r.params.max_new_tokens <= 0:
@@ -208,10 +210,12 @@ class ContinuousBatcher:
         logits = self.decoder.prefill(slots, [r.prompt for r in rows])
         self.prefilled_tokens += sum(len(r.prompt) for r in rows)
         if any(r.export for r in rows):
+            decoder = self.decoder
+            assert isinstance(decoder, SlotDecoder)  # PD runs on the slot decoder only (pd.py refuses the rest)
             with self._cv:
                 for j, r in enumerate(rows):
                     if r.export:
-                        r.result.kv = (self.decoder.read_kv(r.slot, len(r.prompt)).cpu(), logits[j].cpu())
+                        r.result.kv = (decoder.read_kv(r.slot, len(r.prompt)).cpu(), logits[j].cpu())
                         self._release(r)
                         self._finish(r, "length")
             keep = [j for j, r in enumerate(rows) if not r.export]
@@ -222,9 +226,12 @@ class ContinuousBatcher:
 
     def _seat_loaded(self, rows: list[_Row]) -> None:
         """Decode rows whose prompt KV came from a prefill engine: no forward over the prompt."""
-        for r in rows:
-            self.decoder.write_kv(r.slot, r.kv_in[0])
-        logits = torch.stack([r.kv_in[1] for r in rows]).to(self.decoder.device)
+        decoder = self.decoder
+        assert isinstance(decoder, SlotDecoder)  # PD runs on the slot decoder only (pd.py refuses the rest)
+        loaded = [cast(tuple, r.kv_in) for r in rows]  # every row seated here carries its (KV, logits)
+        for r, (kv, _) in zip(rows, loaded):
+            decoder.write_kv(r.slot, kv)
+        logits = torch.stack([last for _, last in loaded]).to(decoder.device)
         for r in rows:
             r.kv_in = None  # the slot holds it now
         self._start(rows, [r.slot for r in rows], logits)

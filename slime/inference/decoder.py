@@ -18,11 +18,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-_SUPPORTED = {"llama", "qwen2", "qwen3"}
+from slime.hf.model import HFCausalLM
 
-# A Hugging Face causal LM (a torch Module). Its parts are read by name (model.model.layers[i]
-# .self_attn.q_proj, config.model_type), which nn.Module's typing can only call `Tensor | Module`.
-HFCausalLM = Any
+_SUPPORTED = {"llama", "qwen2", "qwen3"}
 
 
 def fast_path_supported(model: HFCausalLM) -> bool:

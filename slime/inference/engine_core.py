@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -147,7 +147,7 @@ class EngineCore:
                 rows = self.batcher.run(req.input_ids, req.params, abort, req.kv_in, req.export, on_token)
                 version = self.weight_version
                 if req.export:
-                    req.exported = [row.kv for row in rows]
+                    req.exported = [cast(tuple, row.kv) for row in rows]  # each export row ended with its kv set
             finally:
                 self._gate.leave()
         finally:
@@ -168,7 +168,7 @@ class EngineCore:
     def output(self, rid: str, prompt: list[int], output_ids: list[int], logprobs: list[float],
                finish_reason: dict[str, Any] | None, version: str, return_logprob: bool) -> dict[str, Any]:
         """One row's answer; a stream's frames before the last carry finish_reason None."""
-        meta = {"id": rid, "finish_reason": finish_reason, "prompt_tokens": len(prompt),
+        meta: dict[str, Any] = {"id": rid, "finish_reason": finish_reason, "prompt_tokens": len(prompt),
                 "completion_tokens": len(output_ids), "cached_tokens": 0, "weight_version": version}
         if return_logprob:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, output_ids)]

@@ -16,6 +16,7 @@ instead of hanging when the cluster is too small (RES-2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from slime.config import ClusterConfig
 from slime.refusals import declare
@@ -38,7 +39,7 @@ class PoolPlan:
 @dataclass
 class Pool:
     plan: PoolPlan
-    pg: object  # ray.util.placement_group.PlacementGroup
+    pg: Any  # a ray.util.placement_group.PlacementGroup; None: a pool without bundles
 
     def options(self, index: int, share: float = 1.0) -> dict:
         """Ray .options(...) that place an actor on bundle `index` of this pool. `share` < 1 splits
@@ -216,8 +217,8 @@ def placement_plan(c: ClusterConfig, use_gpu: bool = True, engine_roles: list[st
         for k in range(producers):
             j = producer_engine(k, producers, len(engines))
             beside = engines[j] if j < len(engines) else None
-            node = None if beside is None or beside.role == "external" else beside.node
-            slots.append(Slot("producer", k, node, (), (), "", j))
+            near = None if beside is None or beside.role == "external" else beside.node
+            slots.append(Slot("producer", k, near, (), (), "", j))
     return slots
 
 

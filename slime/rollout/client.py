@@ -74,7 +74,7 @@ class EngineClient:
         for attempt in range(self.retries + 1):
             try:
                 resp = self.http.request(method, self.url + path, json=json, headers=headers,
-                                         **({"timeout": timeout} if timeout else {}))
+                                         timeout=timeout if timeout else httpx.USE_CLIENT_DEFAULT)
             except (httpx.ConnectError, httpx.RemoteProtocolError):
                 if attempt == self.retries:
                     raise

@@ -8,6 +8,7 @@ GPU (# UNTESTED on GPU). Broadcasts are from rank 0, one tensor per name, in lis
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -20,13 +21,16 @@ class WeightGroup:
             raise ValueError(f"backend {backend!r}: gloo or nccl")
         timeout = timedelta(seconds=timeout_s)
         self.rank, self.world_size, self.backend, self.name = rank, world_size, backend, group_name
-        self.store = dist.TCPStore(master_address, int(master_port), world_size, rank == 0, timeout=timeout)
-        prefix = dist.PrefixStore(group_name, self.store)
+        store = dist.TCPStore(master_address, int(master_port), world_size, rank == 0, timeout=timeout)
+        self.store: dist.TCPStore | None = store  # None once destroyed
+        prefix = dist.PrefixStore(group_name, store)
+        # Any: torch's stubs declare neither backend's collectives (allreduce, broadcast)
+        self.pg: Any
         if backend == "gloo":
             self.pg = dist.ProcessGroupGloo(prefix, rank, world_size, timeout)
             self.device = torch.device("cpu")
         else:  # UNTESTED on GPU
-            self.pg = dist.ProcessGroupNCCL(prefix, rank, world_size)
+            self.pg = dist.ProcessGroupNCCL(prefix, rank, world_size)  # type: ignore[call-arg]  # options has a default
             self.device = torch.device("cuda")
         self.barrier()  # every member has joined when the constructor returns (protocol: init blocks)
 

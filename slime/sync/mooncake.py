@@ -227,8 +227,12 @@ class MooncakeTransport:
         try:
             for b, (_, meta) in enumerate(layouts):
                 last = b == len(layouts) - 1
-                each(lambda h: (self._send(h, b),
-                                h.client.update_weights_from_transfer_engine(b, meta, version, last)))
+
+                def send(h: Any) -> None:
+                    self._send(h, b)
+                    h.client.update_weights_from_transfer_engine(b, meta, version, last)
+
+                each(send)
                 if self.on_bucket is not None:
                     self.on_bucket(b)
         finally:

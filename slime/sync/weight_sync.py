@@ -35,11 +35,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import ray
 
 from slime.config import SyncConfig
 from slime.rollout.client import EngineClient
+
+if TYPE_CHECKING:
+    from slime.sync.mooncake import MooncakeTransport
 
 PROBE_PROMPT = [1, 2, 3, 4]
 PROBE_TOKENS = 4
@@ -52,7 +56,7 @@ class WeightSyncError(RuntimeError):
 @dataclass
 class EngineHandle:
     url: str
-    actor: object | None = None  # None: an external engine (not ours to restart or stage into)
+    actor: Any = None  # its Ray actor handle; None: an external engine (not ours to restart or stage into)
     gpus: int = 1  # ranks it contributes to a broadcast group (its TP size)
     others: list = field(default_factory=list)  # node ranks > 0 of a multi-node SGLang engine
     kind: str = "embedded"  # "sglang": buckets are applied through the actor (SGLang's own format)
@@ -86,7 +90,7 @@ class WeightSync:
         self._connected: list[str] | None = None  # urls of the current broadcast group
         self.last_check: dict[str, float] = {}
         self.dropped: set[str] = set()  # engines that died during the last sync (restarted by the monitor)
-        self.mooncake = None
+        self.mooncake: MooncakeTransport | None = None
         if self.transport == "mooncake":
             from slime.sync.mooncake import MooncakeTransport
 
@@ -172,6 +176,7 @@ class WeightSync:
                     self._connected = urls
                 self._paused(handles, lambda h: None, lambda: self._broadcast(handles, self.group_name, version))
         elif t == "mooncake":
+            assert self.mooncake is not None  # made in __init__ for this transport
             self.dropped |= self.mooncake.push(handles, version)
         else:
             raise ValueError(f"unknown weight transport {t!r}")

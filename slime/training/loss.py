@@ -356,10 +356,10 @@ def from_runtime(loss, max_response_len: int | None = None) -> LossFnConfig:
     One rule for every trainer backend: the estimator's record (slime/estimators.py) -> policy loss
     (``--use-sc``: plain REINFORCE) and aggregation; TIS / IcePop.
     """
-    tis_mode = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
+    tis_mode: Literal["none", "tis", "icepop"] = "tis" if loss.use_tis else "icepop" if loss.use_icepop else "none"
     low, high = ((loss.icepop_low, loss.icepop_high) if loss.use_icepop else (loss.tis_clip_low, loss.tis_clip))
     est = estimators.of(loss)
-    agg = "constant_norm" if est.aggregation == "constant_norm" else \
+    agg: Aggregation = "constant_norm" if est.aggregation == "constant_norm" else \
         "token_mean" if getattr(loss, "calculate_per_token_loss", False) else "sample_mean"
     if agg == "constant_norm" and not max_response_len:
         max_response_len = getattr(loss, "max_response_len", None)

@@ -171,7 +171,7 @@ def ignored_sglang_flags(cfg) -> list[str]:
 
 def embedded_megatron_flag_errors(megatron: dict) -> list[str]:
     """Megatron flags the embedded trainer neither reads nor checks: refused, each named."""
-    e = []
+    e: list[str] = []
     opt = megatron.get("optimizer")
     if opt is not None and str(opt).lower() != "adam":
         e.append(_R("trainer_optimizer", optimizer=str(opt)))

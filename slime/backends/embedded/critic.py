@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
 
 from slime.backends.embedded.trainer import Padded, init_process_group, pad_records
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
-from slime.hf.model import load_model, pick_device
+from slime.hf.model import HFCausalLM, load_model, pick_device
 from slime.training import lr_schedule
 from slime.training.loss import from_runtime, step_denominator, value_loss
 
@@ -29,7 +29,7 @@ NON_ADDITIVE = ("critic/grad_norm", "critic/lr")
 class ValueModel(torch.nn.Module):
     """A causal LM's decoder (its LM head dropped) and a ``hidden -> 1`` value head."""
 
-    def __init__(self, lm: torch.nn.Module):
+    def __init__(self, lm: HFCausalLM):
         super().__init__()
         self.backbone = lm.base_model
         self.value_head = torch.nn.Linear(lm.config.hidden_size, 1, device=lm.device, dtype=lm.dtype)
@@ -125,7 +125,8 @@ class EmbeddedCritic:
             self.optimizer.zero_grad(set_to_none=True)
             metrics: dict[str, float] = {}
             for k, mb in enumerate(mbs):
-                sync = contextlib.nullcontext() if k == len(mbs) - 1 or self.world_size == 1 else self.model.no_sync()
+                sync = contextlib.nullcontext() if k == len(mbs) - 1 or self.world_size == 1 \
+                    else cast(torch.nn.parallel.DistributedDataParallel, self.model).no_sync()
                 with sync:
                     loss, m = self._micro_loss(mb, denom)
                     (loss * self.world_size).backward()  # DDP averages over ranks; the shares add up

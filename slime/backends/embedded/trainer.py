@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -13,7 +14,7 @@ import torch.distributed as dist
 from slime import estimators
 from slime.config import BatchConfig, LossConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
-from slime.hf.model import load_model, pick_device
+from slime.hf.model import HFCausalLM, load_model, pick_device
 from slime.hf.weights import named_weights
 from slime.timeline import PhaseClock, trainer_metrics
 from slime.training import lr_schedule
@@ -77,7 +78,7 @@ class EmbeddedTrainer:
         self.loss_cfg, self.batch_cfg, self.optim_cfg = loss, batch, optim
         self.fn_cfg = loss_fn_config(loss)
         self.module = load_model(hf_checkpoint, weights, self.device).train()
-        self.ref = None
+        self.ref: HFCausalLM | None = None
         if loss.needs_ref:
             self.ref = load_model(hf_checkpoint, ref_weights, self.device).eval().requires_grad_(False)
         from transformers import AutoTokenizer
@@ -108,6 +109,7 @@ class EmbeddedTrainer:
     def log_probs(self, records: list[TrainRecord], use_ref: bool = False) -> list[list[float]]:
         """Response-token log-probs (at the rollout temperature) for each record."""
         model = self.ref if use_ref else self.module
+        assert model is not None  # use_ref: the loss needs the reference, so it was loaded
         p = pad_records(records, self.pad_id, self.device)
         lp = gather_log_probs(self._logits(model, p), p.tokens[:, 1:], self.loss_cfg.temperature)
         return [lp[i, r.prompt_len - 1:len(r.tokens) - 1].tolist() for i, r in enumerate(records)]
@@ -153,7 +155,8 @@ class EmbeddedTrainer:
         sums: dict[str, float] = {}
         for k, (mb, (old, ref)) in enumerate(zip(mbs, olds)):
             last = k == len(mbs) - 1
-            sync = contextlib.nullcontext() if last or self.world_size == 1 else self.model.no_sync()
+            sync = contextlib.nullcontext() if last or self.world_size == 1 \
+                else cast(torch.nn.parallel.DistributedDataParallel, self.model).no_sync()
             with sync, self.clock.phase("train_fwd_bwd"):
                 loss, metrics = self._micro_loss(mb, old, ref, denominator)
                 (loss * self.world_size).backward()
@@ -194,7 +197,9 @@ class EmbeddedTrainer:
             return
         if not needs_token_advantages(loss.advantage_estimator, loss.kl_coef, loss.normalize_advantages):
             return
-        recs, olds, refs = [], [], []
+        recs: list[TrainRecord] = []
+        olds: list[list[float]] = []
+        refs: list[Any] = []  # a list of floats per record (or None each, without a reference model)
         for (mbs, _), mb_olds in zip(plan, all_olds):
             for mb, (old, ref) in zip(mbs, mb_olds):
                 for i, r in enumerate(mb):

@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.nn.functional as F
 from megatron.core.transformer.module import MegatronModule
 
+# Its keywords differ between torch versions (_VARLEN_PARAMS); None where torch lacks it.
+_varlen_attn: Callable[..., Any] | None
 try:  # torch >= 2.10
-    from torch.nn.attention.varlen import varlen_attn as _varlen_attn
+    from torch.nn.attention.varlen import varlen_attn
 
-    _VARLEN_PARAMS = set(inspect.signature(_varlen_attn).parameters)
+    _VARLEN_PARAMS = set(inspect.signature(varlen_attn).parameters)
+    _varlen_attn = varlen_attn
 except Exception:  # pragma: no cover - depends on the torch build
     _varlen_attn = None
     _VARLEN_PARAMS = set()
@@ -41,7 +44,7 @@ def varlen_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     nq, nkv = q.shape[1], k.shape[1]
     same_dims = q.shape[-1] == k.shape[-1] == v.shape[-1]  # MLA's v head differs from its qk head
     if _varlen_attn is not None and not FORCE_LOOP and same_dims and q.is_cuda and q.dtype in (torch.bfloat16, torch.float16):
-        kw = {"scale": scale}
+        kw: dict[str, Any] = {"scale": scale}
         if nq != nkv:
             if "enable_gqa" in _VARLEN_PARAMS:
                 kw["enable_gqa"] = True

@@ -68,14 +68,14 @@ def apply() -> bool:
         return True
     # DDP's contiguous grad buffers, the MoE router, the p2p shape exchange of the pipeline
     # schedules, GatedDeltaNet and the MTP block allocate on ``torch.cuda.current_device()``.
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
     # The alltoall dispatcher and the torch_dist writer use streams, events and synchronize for
     # overlap only; the CPU executes in order, so they are no-ops here.
     torch.cuda.Stream = _NoStream  # type: ignore[assignment,misc]
     torch.cuda.Event = _NoEvent  # type: ignore[assignment,misc]
     torch.cuda.current_stream = lambda *a, **k: _NoStream()  # type: ignore[assignment]
     torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
-    torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
+    torch.cuda.synchronize = lambda *a, **k: None
     _patch_alltoall_splits()
     _patch_uneven_sequence_parallel()
     _patch_grad_clip()

@@ -433,7 +433,7 @@ def hf_to_mcore(mcore_name: str, get: Callable[[str], torch.Tensor], d: Dims, pa
     if mcore_name.endswith("self_attention.in_proj.weight"):
         return torch.cat(parts, dim=0)
     if len(parts) == 3:
-        return fuse_qkv(*parts, d)
+        return fuse_qkv(parts[0], parts[1], parts[2], d)
     if len(parts) == 2:
         return torch.cat(parts, dim=0)
     return parts[0]

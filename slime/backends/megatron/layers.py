@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 from functools import partial
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 import torch
 from megatron.core.transformer.attention import SelfAttention
@@ -73,7 +73,7 @@ def _sandwich(layer: ModuleSpec) -> None:
     attn = sub.self_attention
     attn.module = SandwichSelfAttention
     attn.params = {**(attn.params or {}), "post_norm": norm}
-    mlp_cls = type("SandwichMLPWithNorm", (SandwichMLP,), {"post_norm_builder": norm})
+    mlp_cls = cast(type[SandwichMLP], type("SandwichMLPWithNorm", (SandwichMLP,), {"post_norm_builder": norm}))
     mlp = sub.mlp
     sub.mlp = partial(mlp_cls.as_mlp_submodule, *mlp.args, **mlp.keywords)
 
@@ -87,7 +87,7 @@ class OnePlusRMSNorm(torch.nn.Module):
         self.eps = eps
         self.weight = torch.nn.Parameter(torch.zeros(hidden_size, dtype=config.params_dtype))
         # replicated over TP; with sequence parallel its gradient is summed over the TP group
-        self.weight.sequence_parallel = bool(config.sequence_parallel)
+        self.weight.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]  # megatron-core's mark
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = x.float()
@@ -121,7 +121,8 @@ class TPReplicatedState:
         from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group, make_sharded_tensors_for_checkpoint
 
         metadata = ensure_metadata_has_dp_cp_group(metadata)
-        return make_sharded_tensors_for_checkpoint(self.state_dict(prefix="", keep_vars=True), prefix, {},
+        module = cast(torch.nn.Module, self)  # mixed into torch norms only
+        return make_sharded_tensors_for_checkpoint(module.state_dict(prefix="", keep_vars=True), prefix, {},
                                                    sharded_offsets, tp_group=ps.get_tensor_model_parallel_group(),
                                                    dp_cp_group=metadata["dp_cp_group"])
 
@@ -140,9 +141,11 @@ class SPNorm:
     each holds a partial gradient of the replicated weight; marking it ``sequence_parallel`` makes
     megatron-core's ``finalize_model_grads`` sum it over the TP group."""
 
-    def __new__(cls, config, hidden_size: int, eps: float = 1e-5, **_unused) -> torch.nn.Module:
+    # A factory: megatron-core builds the spec's class by calling it; what it gets is a torch norm.
+    def __new__(cls, config, hidden_size: int, eps: float = 1e-5, **_unused) -> torch.nn.Module:  # type: ignore[misc]
         if config.layernorm_zero_centered_gamma:  # (1+w) norms are OnePlusRMSNorm, chosen by the spec
             raise ValueError("--apply-layernorm-1p: this layer spec's norm scales by w, not 1 + w")
+        norm: torch.nn.Module
         if config.normalization == "RMSNorm":
             norm = _RMSNorm(hidden_size, eps=eps)
         elif config.normalization == "LayerNorm":
@@ -150,7 +153,7 @@ class SPNorm:
         else:
             raise ValueError(f"--normalization {config.normalization}: expected RMSNorm or LayerNorm")
         for p in norm.parameters():
-            p.sequence_parallel = bool(config.sequence_parallel)
+            p.sequence_parallel = bool(config.sequence_parallel)  # type: ignore[attr-defined]  # megatron-core's mark
         return norm
 
 

@@ -22,7 +22,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -134,7 +134,7 @@ def _pad_rows(flat: torch.Tensor, lens: list[int]) -> torch.Tensor:
     return out
 
 
-def _rows_to_tensor(values: list[list[float]], device) -> torch.Tensor:
+def _rows_to_tensor(values: Sequence[Sequence[float]], device) -> torch.Tensor:
     width = max((len(v) for v in values), default=0)
     out = torch.zeros(len(values), width, device=device)
     for i, v in enumerate(values):
@@ -265,6 +265,7 @@ class MegatronTrainer:
     def _response_log_probs(self, logits: torch.Tensor, pack: Pack, with_entropy: bool = False):
         """logits [1, t, V_local] -> (log-probs [n_resp] float32, entropy [n_resp] or None)."""
         vocab = flag_int(self.flags, "vocab_size")
+        assert vocab is not None  # the spec requires it (slime.model_spec.spec_from_flags)
         rows = logits[0].index_select(0, pack.logit_rows)
         temp = self.loss_cfg.temperature
         if self.ps.get_tensor_model_parallel_world_size() == 1:
@@ -347,6 +348,7 @@ class MegatronTrainer:
         backup = None
         if use_ref:
             backup = self._snapshot()
+            assert self.ref_state is not None  # log_probs() refused use_ref without one
             self._restore(self.ref_state)
         try:
             out: list[list[float]] = []
@@ -396,12 +398,12 @@ class MegatronTrainer:
         if needs_token_advantages(lc.advantage_estimator, lc.kl_coef, lc.normalize_advantages):
             mine = [r for shard in plan for r in shard]
             old_rows = [olds[id(r)] if olds is not None else r.rollout_log_probs for r in mine]
-            values = token_advantages([r.advantage for r in mine], [r.response_mask for r in mine], old_rows,
-                                      [refs[id(r)] for r in mine] if refs is not None else None,
-                                      lc.advantage_estimator, lc.kl_coef, lc.kl_loss_type, lc.normalize_advantages,
-                                      self._sum_over_dp)
-            for r, v in zip(mine, values):
-                r.token_advantages = v
+            per_token = token_advantages([r.advantage for r in mine], [r.response_mask for r in mine], old_rows,
+                                         [refs[id(r)] for r in mine] if refs is not None else None,
+                                         lc.advantage_estimator, lc.kl_coef, lc.kl_loss_type, lc.normalize_advantages,
+                                         self._sum_over_dp)
+            for r, rows in zip(mine, per_token):
+                r.token_advantages = rows
         sums: dict[str, float] = {}
         count = 0
         for shard, denom in zip(plan, denoms):
@@ -450,6 +452,7 @@ class MegatronTrainer:
             if olds is None and rollout is None:
                 raise ValueError("--use-rollout-logprobs needs the engine's log-probs on every record")
             old = rollout if olds is None else _rows_to_tensor([olds[id(r)] for r in pack.records], dev)
+            assert old is not None  # refused just above
             ref = _rows_to_tensor([refs[id(r)] for r in pack.records], dev) if refs is not None else None
             loss, metrics = compute_total_loss(lp, old, adv, mask, self.fn_cfg,
                                                ref_log_probs=ref if self.loss_cfg.use_kl_loss else None,

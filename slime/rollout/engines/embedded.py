@@ -139,14 +139,15 @@ class StagingArea:
     """Buckets handed over out of band (see module docstring), keyed by a one-time key."""
 
     def __init__(self) -> None:
-        self._items: dict[str, bytes] = {}
+        # safetensors bytes (load_format ray_staged) or a CUDA IPC handle dict (cuda_ipc)
+        self._items: dict[str, Any] = {}
         self._lock = threading.Lock()
 
-    def put(self, key: str, payload: bytes) -> None:
+    def put(self, key: str, payload: Any) -> None:
         with self._lock:
             self._items[key] = payload
 
-    def pop(self, key: str) -> bytes:
+    def pop(self, key: str) -> Any:
         with self._lock:
             if key not in self._items:
                 raise KeyError(f"no staged bucket {key!r} (stage it before posting its handle)")

@@ -221,9 +221,11 @@ class PDRole:
     # -- decode -----------------------------------------------------------------------------------
     def kv_nbytes(self, length: int) -> int:
         """Bytes of one prompt's KV cache + last logits as the prefill engine lays them out (same model)."""
+        from slime.backends.embedded.decoder import SlotDecoder
         from slime.sync.mooncake import bucket_layout
 
         d = self.core.batcher.decoder
+        assert isinstance(d, SlotDecoder)  # checked when the PD role was set up
         kv = torch.empty((len(d.model.model.layers), 2, d.n_kv, length, d.head_dim), dtype=self.core.dtype,
                          device="meta")
         logits = torch.empty((d.model.config.vocab_size,), dtype=self.core.dtype, device="meta")
@@ -283,7 +285,8 @@ class PDRole:
 def _prompt_rows(body: dict[str, Any], req: GenerateRequest) -> list[tuple[list[int], int]]:
     """(prompt, n) of each prompt of the request, before the n-expansion."""
     sp = body.get("sampling_params") or {}
-    out, i = [], 0
+    out: list[tuple[list[int], int]] = []
+    i = 0
     while i < len(req.input_ids):
         n = int((sp[len(out)] if isinstance(sp, list) else sp).get("n", 1))
         out.append((req.input_ids[i], n))

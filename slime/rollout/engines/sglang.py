@@ -297,8 +297,10 @@ def sglang_engine_actor_cls():
         """# UNTESTED on GPU. One node of one SGLang engine: runs launch_server as a child process
         on the GPUs Ray gave this actor's bundle; node rank 0 serves HTTP."""
 
-        def __init__(self):
-            self.proc, self.url, self.cmd = None, "", []
+        def __init__(self) -> None:
+            self.proc: Any = None  # the launch_server child (a subprocess.Popen) once started
+            self.url = ""
+            self.cmd: list[str] = []
             self.staged: dict = {}
             self.tp_size = 1
 
