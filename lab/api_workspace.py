@@ -170,8 +170,8 @@ def _apply(ws: Workspace, action: Action) -> Workspace:
         except ScriptImportError as exc:  # names the line; the workspace stays as it was
             raise ChangeError("action.text", str(exc), exc.key, exc.params) from exc
         _IMPORT_REPORT.set(imported.report)
-        loaded = workspace.replace_b(ws, imported.b.model_dump(mode="json"), msg("label.import_script"))
-        return loaded.model_copy(update={"a": imported.a})  # B against the closest recipe as A
+        replaced = workspace.replace_b(ws, imported.b.model_dump(mode="json"), msg("label.import_script"))
+        return replaced.model_copy(update={"a": imported.a})  # B against the closest recipe as A
     if t == "apply_repair":
         from lab.repair import apply_repair
 

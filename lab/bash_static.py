@@ -166,8 +166,8 @@ class _Eval:
             name_node = next((c for c in node.children if c.type in ("variable_name", "special_variable_name")), None)
             if name_node is None or name_node.type == "special_variable_name":
                 return [self._unresolved(node, "positional")]
-            value = self._var(name_node.text.decode(), node)
-            return [value if value is not None else self._unresolved(node, "unset")]
+            var = self._var(name_node.text.decode(), node)
+            return [var if var is not None else self._unresolved(node, "unset")]
         length = bool(kids and kids[0].type == "#")
         if length:
             kids = kids[1:]
@@ -246,11 +246,11 @@ class _Eval:
         try:
             if name == "seq" and 1 <= len(args) <= 3:
                 nums = [int(a) for a in args]
-                first, step, last = (1, 1, nums[0]) if len(nums) == 1 else (nums[0], 1, nums[1]) if len(nums) == 2 \
+                start, step, end = (1, 1, nums[0]) if len(nums) == 1 else (nums[0], 1, nums[1]) if len(nums) == 2 \
                     else (nums[0], nums[1], nums[2])
-                if step == 0 or abs((last - first) // step) > 100_000:
+                if step == 0 or abs((end - start) // step) > 100_000:
                     return self._unresolved(node, "command")
-                return "\n".join(str(v) for v in range(first, last + (1 if step > 0 else -1), step))
+                return "\n".join(str(v) for v in range(start, end + (1 if step > 0 else -1), step))
         except ValueError:
             return self._unresolved(node, "command")
         if name == "dirname" and len(args) == 1:

@@ -13,7 +13,7 @@ language (`request_lang`: the page sends its language as Accept-Language).
 """
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, Mapping, TypeVar
 
 from fastapi import HTTPException, Request
 from pydantic import BaseModel, ValidationError
@@ -47,7 +47,7 @@ def error(status: int, loc: list[Any], key: str, params: dict[str, Any], lang: s
                          detail=[{"loc": loc, "msg": messages.localize_text(key, params, lang), "type": key}])
 
 
-def pydantic_message(err: dict[str, Any], lang: str) -> str:
+def pydantic_message(err: Mapping[str, Any], lang: str) -> str:
     """One pydantic error as a message in `lang` (lab/messages.py names each type's text)."""
     t = messages.pydantic_text(err)
     return messages.localize_text(t.key, t.params, lang)

@@ -30,7 +30,8 @@ def _gpu_run(recipe: Recipe) -> bool:
 
 
 def _check_resources(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
-    p, out = exp.placement, []
+    p = exp.placement
+    out: list[Finding] = []
     if not _gpu_run(recipe):
         return out
     if p.gpus_per_node == 0 or p.train_gpus == 0:
@@ -77,7 +78,7 @@ def _check_engines(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived)
 
 def _valid_host_port(addr: str) -> bool:
     m = _HOST_PORT.match(addr.strip())
-    return bool(m) and 1 <= int(m.group(3)) <= 65535
+    return m is not None and 1 <= int(m.group(3)) <= 65535
 
 
 def _valid_tp_pp_cp(n: int, limit: int = 6) -> str:

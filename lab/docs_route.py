@@ -40,7 +40,7 @@ def docs_root() -> RedirectResponse:
     return RedirectResponse("/docs/en/index.md")
 
 
-def _not_found(lang: str, key: str, **params: str) -> HTMLResponse:
+def _not_found(lang: str, key: str, /, **params: str) -> HTMLResponse:
     """A docs page's 404 in the language of the path (a reader followed a link: HTML, not JSON)."""
     text = localize_text(key, {**params, "index": f"/docs/{lang}/index.md"}, lang)
     page = _environment().get_template("doc.html").render(

@@ -58,7 +58,7 @@ class HistoryMemo(Generic[E]):
         key = contents_key(data)
         with self._lock:
             hit = self._lists.get(key) if key is not None else None
-            if hit is None:
+            if hit is None or key is None:
                 return None
             self._lists.move_to_end(key)
             return list(hit)

@@ -141,7 +141,7 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
         kv = budget - state
         kv_elem = 1 if exp.precision.kv_cache_dtype == "fp8_e4m3" else 2
         if spec.mla:
-            per_token = spec.layers * (spec.kv_lora_rank + spec.qk_pos_emb_head_dim) * kv_elem  # replicated per GPU
+            per_token: float = spec.layers * (spec.kv_lora_rank + spec.qk_pos_emb_head_dim) * kv_elem  # replicated per GPU
             kv_tokens = int(kv // per_token) if per_token else 0
         else:
             shards = min(e, spec.kv_groups)

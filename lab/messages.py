@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 import string
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,7 @@ _PYDANTIC_BOUNDS = {"greater_than_equal": ("input.ge", "ge"), "greater_than": ("
                     "string_too_short": ("input.too_short", "min_length")}
 
 
-def pydantic_text(err: dict[str, Any]) -> Text:
+def pydantic_text(err: Mapping[str, Any]) -> Text:
     """One pydantic error (an item of `ValidationError.errors()`) as a catalogue text, so that it
     reaches the user in the page's language. A type without its own entry is `input.invalid`,
     naming pydantic's type code (a technical word, the same in every language)."""

@@ -295,14 +295,14 @@ def _dependents(path: str, value: Any, data: dict[str, Any], old: Experiment) ->
     """Fields that change together with `path`, as (path, value, reason), applied in order."""
     p = data["placement"]
     if path == "model.recipe":
-        recipe = get_recipe(value)
-        deps = _recipe_values(recipe, data) + _default_paths(_safe_recipe(old.model.recipe), recipe, old)
+        chosen = get_recipe(value)
+        deps = _recipe_values(chosen, data) + _default_paths(_safe_recipe(old.model.recipe), chosen, old)
         for dep_path, dep_value, _ in deps:
             set_path(data, dep_path, dep_value)
         if p["scheduling"] == "async" and p["ownership"] == "colocated":
             deps.append(("placement.ownership", "disaggregated", text("change.async_recipe")))
             set_path(data, "placement.ownership", "disaggregated")
-            deps += split_pools(data, recipe)
+            deps += split_pools(data, chosen)
         return deps
     recipe = _safe_recipe(data["model"]["recipe"])
     if path == "placement.scheduling" and value == "async" and p["ownership"] == "colocated":

@@ -38,5 +38,5 @@ def reward_types() -> tuple[str, ...]:
     """Built-in rewards a user may choose: registered, and not marked as test-only."""
     import slime.rewards as rewards
 
-    test_only = getattr(rewards, "TEST_ONLY_REWARDS", frozenset())
+    test_only: frozenset[str] = getattr(rewards, "TEST_ONLY_REWARDS", frozenset())
     return tuple(name for name in rewards.REWARD_TYPES if name not in test_only)

@@ -172,7 +172,7 @@ def loads(raw: str | bytes, max_bytes: int | None = None, max_depth: int = MAX_D
         odd.append(True)
         return _NonFinite(text)
 
-    hooks = {"parse_int": parse_int, "parse_float": parse_float, "parse_constant": parse_constant}
+    hooks: dict[str, Any] = {"parse_int": parse_int, "parse_float": parse_float, "parse_constant": parse_constant}
     try:
         data = json.loads(raw, **(hooks if _odd_numbers(raw_bytes) else {}))
     except json.JSONDecodeError as exc:

@@ -54,7 +54,8 @@ class HistoryEntry(BaseModel):
 def _entry(label: str | Text, changes: list[FieldChange]) -> HistoryEntry:
     """A history entry labelled with a catalogue text, or with a plain string (a field path, the user's own)."""
     if isinstance(label, Text):
-        return HistoryEntry(label_id=label.key, label_params=label.params, changes=changes)
+        # label: rendered from label_id by the model's before-validator
+        return HistoryEntry(label_id=label.key, label_params=label.params, changes=changes)  # type: ignore[call-arg]
     return HistoryEntry(label=label, changes=changes)
 
 

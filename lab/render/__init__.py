@@ -155,13 +155,13 @@ def write_files(files: dict[str, str], out_dir: str | os.PathLike[str]) -> list[
     try:
         for name in sorted(files):
             data = files[name].encode("utf-8")  # fails before any file is touched on unencodable text
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
-            staged.append((Path(tmp), out / name))
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+            staged.append((Path(tmp_name), out / name))
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.chmod(tmp, 0o755 if name in EXECUTABLE else 0o644)
+            os.chmod(tmp_name, 0o755 if name in EXECUTABLE else 0o644)
     except BaseException:
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)

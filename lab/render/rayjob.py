@@ -96,7 +96,7 @@ def _container(name: str, image: str, gpus: int, with_yaml: bool) -> dict[str, A
     container: dict[str, Any] = {"name": name, "image": image}
     if gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if with_yaml:
         mounts.append({"name": "sglang-config", "mountPath": SGLANG_CONFIG_DIR, "readOnly": True})
     container["volumeMounts"] = mounts
