@@ -74,11 +74,22 @@ echo "== lint: ruff check ."
 lint=0
 "$PY" -m ruff check . || lint=$?
 
+# Types: mypy over slime/ and lab/ ([tool.mypy] in pyproject.toml names the files and the
+# third-party packages read as untyped). Like ruff, a finding fails the run after the tests.
+echo "== types: mypy"
+types=0
+"$PY" -m mypy || types=$?
+
 echo "== running the tests ($("$PY" --version 2>&1), megatron-core $("$PY" -c 'import importlib.metadata as m; print(m.version("megatron-core"))'))"
 rc=0
 "$PY" -m pytest "$@" || rc=$?
 if ((lint)); then
   echo "!! ruff check . found problems (listed above)" >&2
+fi
+if ((types)); then
+  echo "!! mypy found type errors (listed above)" >&2
+fi
+if ((lint || types)); then
   exit $((rc ? rc : 1))
 fi
 exit "$rc"

@@ -282,3 +282,30 @@ def test_source_files_cite_docs_pages_not_reference_files_outside_the_repository
             text = path.read_text(encoding="utf-8", errors="replace")
             hits += [f"{path.relative_to(REPO)}: {name}" for name in REFERENCE_NAMES if name in text]
     assert not hits, "cite docs/ instead:\n" + "\n".join(hits)
+
+
+def test_docs_in_an_unknown_language_are_a_404_naming_the_known_ones() -> None:
+    from fastapi.testclient import TestClient
+
+    from lab.app import create_app
+
+    r = TestClient(create_app(), base_url="http://127.0.0.1").get("/docs/fr/")
+    assert r.status_code == 404 and "text/html" in r.headers["content-type"]
+    assert "There are no docs in &#39;fr&#39;; the docs exist in en, zh." in r.text
+
+
+_CODE_PATH_RE = re.compile(r"`((?:slime|lab|recipes|scripts|docker|tools)/[^`\s]*|train(?:_async)?\.py)`")
+
+
+@pytest.mark.parametrize("folder", [EN, ZH])
+def test_the_code_architecture_page_names_only_paths_that_exist(folder: Path) -> None:
+    """The code map goes stale silently when a module moves: every path it names must exist."""
+    from lab.experiment import LEAF_FIELDS
+
+    text = (folder / "code-architecture.md").read_text(encoding="utf-8")
+    named = set(_CODE_PATH_RE.findall(text))
+    assert len(named) >= 60, sorted(named)
+    missing = [p for p in sorted(named) if not any(REPO.glob(p.rstrip("/")))]
+    assert not missing, f"docs/{folder.name}/code-architecture.md names missing paths: {missing}"
+    edited = re.search(r'path: "([a-z_.]+)"', text)
+    assert edited and edited.group(1) in LEAF_FIELDS  # the edit it follows is a real field
