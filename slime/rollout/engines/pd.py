@@ -221,7 +221,7 @@ class PDRole:
     # -- decode -----------------------------------------------------------------------------------
     def kv_nbytes(self, length: int) -> int:
         """Bytes of one prompt's KV cache + last logits as the prefill engine lays them out (same model)."""
-        from slime.backends.embedded.decoder import SlotDecoder
+        from slime.inference.decoder import SlotDecoder
         from slime.sync.mooncake import bucket_layout
 
         d = self.core.batcher.decoder
