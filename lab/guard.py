@@ -16,7 +16,7 @@ A pure ASGI middleware: it adds no task or thread per request (BaseHTTPMiddlewar
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,9 +27,9 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+Scope = MutableMapping[str, Any]  # as starlette.types names them, so an app of ours mounts there
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 def content_security_policy(script_hashes: Iterable[str] = ()) -> str:

@@ -121,7 +121,7 @@ class StaticFiles:
             await send({"type": "http.response.body", "body": b""})
             return
         gz = f.zipped is not None and b"gzip" in headers.get(b"accept-encoding", b"")
-        body = f.zipped if gz else f.body
+        body = f.zipped if gz and f.zipped is not None else f.body
         out = [(b"content-type", f.media_type), (b"content-length", str(len(body)).encode()), *common]
         if gz:
             out.append((b"content-encoding", b"gzip"))
