@@ -196,10 +196,10 @@ def entry(family: str) -> dict[str, Any]:
     return {**e, "config": (cls_name, {**kw, **config_over}),
             "spec": spec + [f"{k} {v}" for k, v in spec_over.items() if v is not None]}
 
-def spec_text(family: str, overrides: dict[str, str] | None = None) -> str:
+def spec_text(family: str, overrides: dict[str, str] | None = None, drop: tuple[str, ...] = ()) -> str:
     """The MODEL_ARGS file of a family's tiny reference (``overrides``: flag -> new value, for
-    deliberate mismatches)."""
-    lines = [*entry(family)["spec"], *COMMON]
+    deliberate mismatches; ``drop``: flags left out)."""
+    lines = [ln for ln in [*entry(family)["spec"], *COMMON] if ln.split()[0] not in drop]
     for flag, value in (overrides or {}).items():
         lines = [ln for ln in lines if ln.split()[0] != flag] + [f"{flag} {value}".strip()]
     body = "\n".join(f"   {ln}" for ln in lines)
@@ -208,16 +208,23 @@ def spec_text(family: str, overrides: dict[str, str] | None = None) -> str:
             f"scripts/models/{entry(family)['real']}\nMODEL_ARGS=(\n{body}\n)\n")
 
 
-def make_config(family: str):
+def make_config(family: str, text_overrides: dict[str, Any] | None = None):
+    """The family's transformers config; ``text_overrides`` change the language model's fields
+    (the text config of a composite model)."""
     import transformers
 
     cls_name, kw = entry(family)["config"]
     kw = dict(kw)
     if "text_config" in kw:
-        kw["text_config"] = {"pad_token_id": 0, **kw["text_config"]}
+        kw["text_config"] = {"pad_token_id": 0, **kw["text_config"], **(text_overrides or {})}
     else:
         kw.setdefault("pad_token_id", 0)
+        kw.update(text_overrides or {})
     return getattr(transformers, cls_name)(**kw)
+
+
+def has_mtp(family: str) -> bool:
+    return any(s.startswith("--mtp-num-layers") for s in entry(family)["spec"])
 
 
 def _mtp_tensors(family: str, sd: dict, cfg) -> dict:
@@ -331,15 +338,21 @@ def mtp_reference_log_probs(family: str, hf: str | Path, ids, dtype: str = "floa
     return torch.log_softmax(main.float(), -1), torch.log_softmax(mtp.float(), -1)
 
 
-def build(family: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0) -> tuple[Path, Path]:
-    """Write ``out/hf`` (config.json + model.safetensors) and ``out/spec.sh``; returns both paths."""
+def build(family: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0,
+          text_overrides: dict[str, Any] | None = None, mtp: bool = True, spec: bool = True,
+          hf_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """Write ``out/hf`` (config.json + model.safetensors) and ``out/spec.sh``; returns both paths.
+    ``text_overrides``: language-model config changes (tools/tiny/prepare.py's twins: the tiny
+    tokenizer's vocabulary and special tokens); ``mtp`` False: no MTP layer (its config count is
+    the caller's to zero); ``spec`` False: no spec.sh (the twin's spec is in scripts/models/);
+    ``hf_dir``: the checkpoint's directory instead of ``out/hf``."""
     import torch
     import transformers
     from safetensors.torch import load_file, save_file
 
     out = Path(out)
-    hf = out / "hf"
-    cfg = make_config(family)
+    hf = Path(hf_dir) if hf_dir is not None else out / "hf"
+    cfg = make_config(family, text_overrides)
     torch.manual_seed(seed)
     if family == "qwen3_5":
         model = transformers.Qwen3_5ForConditionalGeneration(cfg)
@@ -361,16 +374,16 @@ def build(family: str, out: str | Path, dtype: str = "bfloat16", seed: int = 0) 
     sd: dict = {}
     for f in files:
         sd.update(load_file(str(f)))
-    mtp_layers = entry(family)["spec"]
-    if any(s.startswith("--mtp-num-layers") for s in mtp_layers):
+    if mtp and has_mtp(family):
         sd.update(_mtp_tensors(family, sd, cfg))
         for f in files:
             f.unlink()
         (hf / "model.safetensors.index.json").unlink(missing_ok=True)
         save_file({k: v.contiguous() for k, v in sd.items()}, str(hf / "model.safetensors"), metadata={"format": "pt"})
-    spec = out / "spec.sh"
-    spec.write_text(spec_text(family))
-    return hf, spec
+    spec_path = out / "spec.sh"
+    if spec:
+        spec_path.write_text(spec_text(family))
+    return hf, spec_path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,14 +27,14 @@ def load_tokenizer(hf_checkpoint: str):
 def load_model(hf_checkpoint: str, weights: dict[str, torch.Tensor] | None = None,
                device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> HFCausalLM:
     """The architecture always comes from --hf-checkpoint's config.json; the weights from there
-    or from `weights` (a trainer checkpoint). float32 on CPU: the train/rollout KL check relies
+    or from `weights` (a trainer checkpoint, under the checkpoint's names: hf_layout.py). float32 on CPU: the train/rollout KL check relies
     on both sides computing in the same precision."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar per load floods every actor's log
 
-    from slime.hf.weights import load_into
+    from slime.hf.layout import load_checkpoint_tensors
 
     device = device or pick_device()
     model: HFCausalLM
@@ -43,7 +43,7 @@ def load_model(hf_checkpoint: str, weights: dict[str, torch.Tensor] | None = Non
     else:
         config = AutoConfig.from_pretrained(hf_checkpoint)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-        load_into(model, weights)
+        load_checkpoint_tensors(model, weights, strict=True)
     return model.to(device)
 
 

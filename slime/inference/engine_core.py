@@ -12,8 +12,9 @@ from typing import Any, cast
 
 import torch
 
+from slime.hf.layout import load_checkpoint_tensors
 from slime.hf.model import eos_token_ids, load_model, load_tokenizer, pick_device
-from slime.hf.weights import decode_bucket, load_into, read_weights_dir
+from slime.hf.weights import decode_bucket, read_weights_dir
 from slime.inference.batcher import ContinuousBatcher
 from slime.inference.sampler import RowParams, RowResult
 
@@ -223,7 +224,7 @@ class EngineCore:
     def update_from_named(self, named: dict[str, torch.Tensor], version: Any, last_bucket: bool) -> None:
         v = self._check_version(version)
         with self._gate, self.lock:
-            load_into(self.model, named, strict=False)
+            load_checkpoint_tensors(self.model, named, strict=False)
             self._partial_version = None if last_bucket else v
             if last_bucket:
                 self.weight_version = v
@@ -233,7 +234,7 @@ class EngineCore:
         v = self._check_version(version)
         named = read_weights_dir(model_path)
         with self._gate, self.lock:
-            load_into(self.model, named, strict=True)
+            load_checkpoint_tensors(self.model, named, strict=True)
             self.weight_version = v
             self._partial_version = None
             self._committed.notify_all()
