@@ -30,6 +30,7 @@ class SyncSteps:
         with rt.timeline.phase("sync"):                        # engines' onload, trainer's offload inside
             if rt.sync_due(rollout_id):                        # --update-weights-interval
                 metrics["perf/sync_time"] = rt.sync_weights()  # trainer -> engines
+                metrics.update(rt.sync_check_metrics())        # the post-sync log-prob check's figure
             else:                                              # colocated: hand the GPUs back, no push
                 rt.sync_weights(push=False)
         metrics.update({f"memory/{k}": v for k, v in rt.last_offload.items()})  # colocated: after offload

@@ -53,6 +53,7 @@ class AsyncSteps:
                     ray.wait([self.in_flight])                       # no request may run across a sync
             with rt.timeline.phase("sync"):
                 metrics["perf/sync_time"] = rt.sync_weights()
+                metrics.update(rt.sync_check_metrics())
 
 
 def main(argv: list[str]) -> None:

@@ -14,6 +14,9 @@ tests (two fixtures with a conversion each) passed inside a 170 s limit, ~30 s p
 with its share of the conversion; the tiny-Qwen2 correctness tests (5 with the round trip)
 fit in one run with the 3B benchmark shapes. Each part holds at most three families' worth
 of conversions so that a slow family (Qwen3.5's DeltaNet, DeepSeek-V3's 16 experts) still fits.
+The family recipes (parts 6 and 7: three recipes each through experiment.sh, one Ray head per part)
+are planned from the tiny-gpu loop on the H200 (prepare 14 s, convert 20 s, ray start 13 s) plus
+about a minute and a half per recipe for the job's start-up and its 3 rollouts: not yet measured.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class Part:
 
 _FAM = "tests/gpu/test_families_gpu.py"
 _B = "deepseek_v3 or glm_moe_dsa or qwen3_5"  # families-b; families-a is the rest of the file
+_RECIPES = "tests/gpu/test_family_recipes_gpu.py"
+_RB = _B  # family-recipes-b: the same three families, one recipe each
 PARTS: tuple[Part, ...] = (
     Part("megatron-core", "tiny Qwen2: round trip, refusal, forward vs HF, GRPO step + sync, resume, CPU Adam, SC; "
          "packing 1/2/4/8 micro-batches",
@@ -49,6 +54,12 @@ PARTS: tuple[Part, ...] = (
     Part("engine-memory", "embedded engine (graph decoding, bf16 default); memory estimates (Megatron 1.5B / 7B-16L, "
          "engine)",
          ("tests/gpu/test_embedded_engine_gpu.py", "tests/gpu/test_memory_estimate_gpu.py"), 360),
+    Part("family-recipes-a", "tiny-gpu-glm4, -glm4-moe, -glm4-moe-lite through experiment.sh: prepare, convert, check, "
+         "train 3 rollouts colocated (KL 0 at step 1, |Δ log-prob| and post-sync check <= 0.1)",
+         (_RECIPES, "-k", f"not ({_RB})"), 450),
+    Part("family-recipes-b", "tiny-gpu-deepseek-v3, -glm-moe-dsa, -qwen3-5 through experiment.sh (Qwen3.5 on Hopper: "
+         "the wheel set of tools/build_device_wheels.py --with-tilelang)",
+         (_RECIPES, "-k", _RB), 470),
 )
 
 

@@ -63,6 +63,8 @@ def build_context(exp: Experiment, findings: list[Any], derived: Any, prov: dict
         "with_yaml": with_yaml,
         "tiny": recipe.backends.train == "embedded",
         "local_model": recipe.hf_repo is None,  # built by tools/tiny/prepare.py, no download
+        # a local model of a seeded family is its tiny twin (prepare.py --family); qwen2 is prepare.py's own model
+        "twin_family": recipe.family if recipe.hf_repo is None and recipe.family != "qwen2" else None,
         "megatron": recipe.backends.train == "megatron",
         "fp8_source": fp8_source,
         "serving_format": serving_format,

@@ -483,6 +483,12 @@ class Runtime:
         """--update-weights-interval N: sync after every N-th trained rollout and after the last."""
         return (rollout_id + 1) % max(self.cfg.sync.interval, 1) == 0 or rollout_id == self.num_rollout - 1
 
+    def sync_check_metrics(self) -> dict[str, float]:
+        """The last post-sync check's largest |engine - trainer| log-prob over the engines
+        (``sync/check_logp_max_diff``; nothing when --weight-sync-check-tol is off)."""
+        checks = self.sync.last_check.values()
+        return {"sync/check_logp_max_diff": float(max(checks))} if checks else {}
+
     def sync_weights(self, push: bool = True) -> float:
         """Push the trainer's current version to the engines (no-op when they already serve it, or
         when `push` is False: --update-weights-interval skips this rollout). Colocated: the engines
