@@ -27,6 +27,13 @@ MODELS_MD = [
     ("qwen3.5-27B", 64, 5120, 24, 4, 17408, 0, 0, 0, 64, 248320),
     ("deepseek-v3", 61, 7168, 128, 128, 18432, 256, 8, 2048, 3, 129280),
     ("tiny-cpu", 2, 64, 4, 2, 128, 0, 0, 0, 2, 14),
+    # the family twins (tools/tiny/prepare.py --family; tests/runtime/test_family_twins.py ties them to it)
+    ("tiny-glm4", 2, 64, 4, 2, 128, 0, 0, 0, 2, 14),
+    ("tiny-glm4-moe", 3, 64, 4, 2, 128, 8, 2, 32, 1, 14),
+    ("tiny-glm4-moe-lite", 3, 64, 4, 4, 128, 8, 2, 32, 1, 14),
+    ("tiny-deepseek-v3", 3, 64, 4, 4, 128, 16, 4, 32, 1, 14),
+    ("tiny-glm-moe-dsa", 5, 64, 4, 4, 128, 8, 2, 32, 1, 14),
+    ("tiny-qwen3-5", 4, 64, 4, 2, 128, 0, 0, 0, 4, 14),
 ]
 # published sizes (total, active) in billions
 PUBLISHED = {
@@ -41,7 +48,7 @@ PUBLISHED = {
 
 def test_every_spec_file_is_covered():
     files = sorted(p.stem for p in MODELS_DIR.glob("*.sh"))
-    assert len(files) == 7
+    assert len(files) == 13
     assert files == sorted(row[0] for row in MODELS_MD)
 
 
@@ -101,7 +108,7 @@ def test_hybrid_spec_marks_gdn_and_quarter_rotary():
 
 def test_every_recipe_points_at_an_existing_spec():
     recipes = all_recipes()
-    assert len(recipes) == 8
+    assert len(recipes) == 14
     for r in recipes.values():
         load_model_spec(r.model_spec)
 
