@@ -192,8 +192,9 @@ def main(argv: list[str] | None = None) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(model_dir)
     if a.family:
-        if a.model_spec or a.prompt_digits != 3:
-            ap.error("--family builds the family's own shape on the tiny task: drop --model-spec / --prompt-digits")
+        if a.model_spec or a.prompt_digits != 3 or a.device != "cpu":
+            ap.error("--family builds the family's own shape on the CPU for the tiny task: drop --model-spec / "
+                     "--prompt-digits / --device")
         build_twin(twin_family(a.family), model_dir, len(tok), tok.eos_token_id, tok.pad_token_id, a.seed, a.dtype)
     else:
         shape = shape_from_spec(a.model_spec, len(tok)) if a.model_spec else None
