@@ -41,8 +41,15 @@ class Target:
 
 def model_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """Parameters and persistent buffers (a router's expert bias is a buffer the checkpoint holds;
-    rotary tables are non-persistent, derived state, and not named here)."""
-    return model.state_dict(keep_vars=True)
+    rotary tables are non-persistent, derived state, and not named here). Tied weights appear once,
+    under their first name, as in named_parameters() (a tied checkpoint holds embed_tokens only)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, t in model.state_dict(keep_vars=True).items():
+        if id(t) not in seen:
+            seen.add(id(t))
+            out[name] = t
+    return out
 
 
 def _num_layers(model: torch.nn.Module) -> int | None:

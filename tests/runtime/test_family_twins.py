@@ -122,3 +122,25 @@ def test_engine_serves_twin_like_hf_and_syncs_checkpoint_names(family, twins, tm
     # A full update from a directory (the disk transport) is strict: every model tensor filled.
     core.update_from_disk(str(ref_dir), 2)
     assert core.weight_version == "2"
+
+
+def test_layout_rules_tied_weights_skipped_and_unknown_names():
+    """Tied weights are one tensor; MTP layers and a vision tower are skipped and counted; any other
+    name the model has no place for, a missing tensor in a full update, or a wrong shape is refused."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from slime.backends.embedded.hf_layout import load_checkpoint_tensors
+
+    m = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
+    named = {n: p.detach().clone() + 1 for n, p in m.named_parameters()}
+    extra = {"model.layers.1.eh_proj.weight": torch.zeros(16, 32), "mtp.fc.weight": torch.zeros(16, 32),
+             "model.visual.patch_embed.proj.weight": torch.zeros(4)}
+    assert load_checkpoint_tensors(m, {**named, **extra}, strict=True) == {"mtp": 2, "vision": 1}
+    assert torch.equal(m.lm_head.weight, named["model.embed_tokens.weight"])
+    with pytest.raises(KeyError, match="unknown weight names"):
+        load_checkpoint_tensors(m, {"model.layers.0.mlp.nonsense.weight": torch.zeros(1)})
+    with pytest.raises(KeyError, match="missing weight names"):
+        load_checkpoint_tensors(m, {"model.norm.weight": named["model.norm.weight"]}, strict=True)
+    with pytest.raises(ValueError, match="shape"):
+        load_checkpoint_tensors(m, {"model.norm.weight": torch.zeros(3)})
