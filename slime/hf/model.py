@@ -27,8 +27,8 @@ def load_tokenizer(hf_checkpoint: str):
 def load_model(hf_checkpoint: str, weights: dict[str, torch.Tensor] | None = None,
                device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> HFCausalLM:
     """The architecture always comes from --hf-checkpoint's config.json; the weights from there
-    or from `weights` (a trainer checkpoint, under the checkpoint's names: hf_layout.py). float32 on CPU: the train/rollout KL check relies
-    on both sides computing in the same precision."""
+    or from `weights` (a trainer checkpoint, under the checkpoint's names: slime/hf/layout.py).
+    float32 on CPU: the train/rollout KL check relies on both sides computing in the same precision."""
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 

@@ -84,8 +84,8 @@ def test_committed_twin_specs_are_generated_and_match_config(twins):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_engine_serves_twin_like_hf_and_syncs_checkpoint_names(family, twins, tmp_path):
-    from slime.inference.engine_core import EngineCore
     from slime.hf.layout import model_tensors
+    from slime.inference.engine_core import EngineCore
 
     model_dir = twins[family]
     core = EngineCore(str(model_dir), seed=0, device="cpu", dtype=torch.float32)
@@ -129,7 +129,7 @@ def test_layout_rules_tied_weights_skipped_and_unknown_names():
     name the model has no place for, a missing tensor in a full update, or a wrong shape is refused."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from slime.backends.embedded.hf_layout import load_checkpoint_tensors
+    from slime.hf.layout import load_checkpoint_tensors
 
     m = Qwen2ForCausalLM(Qwen2Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
