@@ -46,9 +46,19 @@ mkdir -p "$OUT_DIR"
 shopt -s nullglob
 WHEELS=(.whl/*.whl .whl/call*/*.whl)
 shopt -u nullglob
-if [ ${#WHEELS[@]} -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${WHEELS[@]}" \
+# A wheel already installed by an earlier call or a part running beside this one is not installed
+# again: reinstalling under a running process would swap its files mid-import.
+STAMP=/tmp/site/.slime-wheels
+NEW=()
+for w in "${WHEELS[@]}"; do
+  grep -qxF "$(basename "$w")" "$STAMP" 2>/dev/null || NEW+=("$w")
+done
+if [ ${#NEW[@]} -gt 0 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${NEW[@]}" \
     || { echo "installing the carried wheels failed" >&2; exit 3; }
+  for w in "${NEW[@]}"; do basename "$w"; done >>"$STAMP"
+fi
+if [ -d /tmp/site ]; then
   export PYTHONPATH="/tmp/site:${PYTHONPATH:-}"
 fi
 export PYTHONPATH="$PWD:${PYTHONPATH:-}" PYTHONUNBUFFERED=1 SLIME_GPU_TEST_OUT="$OUT_DIR"
