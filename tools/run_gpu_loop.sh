@@ -8,8 +8,8 @@
 #
 # Wheels carried in .whl/ (tools/build_device_wheels.py: Ray trimmed, its small dependencies,
 # megatron-core) are installed into /tmp/site first; nothing is fetched. This script starts its own
-# Ray head on 127.0.0.1 (ports 6390 / 8265) for the run and stops that head at the end: run it on a
-# machine of its own (it is not what experiment.sh does: that one never starts a cluster).
+# Ray head on 127.0.0.1 (ports 6390 / 8265) for the run and, at the end, stops that head's process
+# group alone, so the GPU suite's parts may run beside it (experiment.sh itself never starts a cluster).
 # Logs, metrics and summary.json go to runs/gpu-loop/; where $OUT is set (the GPU machine's return
 # folder, which takes few files) they are packed there as gpu-loop.tgz, with summary.json beside it.
 set -uo pipefail
@@ -33,7 +33,7 @@ for step in prepare convert check; do
 done
 
 log "ray start"
-ray start --head --node-ip-address 127.0.0.1 --port 6390 --dashboard-host 127.0.0.1 --dashboard-port 8265 \
+ray_start --node-ip-address 127.0.0.1 --port 6390 --dashboard-host 127.0.0.1 --dashboard-port 8265 \
   --num-gpus 1 --num-cpus 8 > "$OUT_DIR/ray_start.log" 2>&1 || { cat "$OUT_DIR/ray_start.log"; exit 6; }
 RAY_STARTED=1
 for _ in $(seq 60); do curl -sf http://127.0.0.1:8265/api/version >/dev/null && break; sleep 1; done

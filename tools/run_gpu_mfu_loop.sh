@@ -37,7 +37,7 @@ for step in convert check; do
   log "$step"; bash experiment.sh "$step" > "$OUT_DIR/$step.log" 2>&1 || { tail -40 "$OUT_DIR/$step.log"; exit 5; }
 done
 log "ray start"
-ray start --head --node-ip-address 127.0.0.1 --port 6391 --dashboard-host 127.0.0.1 --dashboard-port 8266 \
+ray_start --node-ip-address 127.0.0.1 --port 6391 --dashboard-host 127.0.0.1 --dashboard-port 8266 \
   --num-gpus 1 --num-cpus 8 > "$OUT_DIR/ray_start.log" 2>&1 || { cat "$OUT_DIR/ray_start.log"; exit 6; }
 RAY_STARTED=1
 export RAY_DASHBOARD=http://127.0.0.1:8266
