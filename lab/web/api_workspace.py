@@ -12,13 +12,8 @@ tops of its undo and redo stacks, and the answer's workspace only B and A, plus 
 each stack changed (lab/core/history_tail.py). The page sends this form; without `history` the whole
 workspace goes both ways.
 
-Texts are keys with parameters until this edge: `localized` renders findings, change reasons,
-repair titles, history labels and memory names in the request's language (lab/core/messages.py).
-
-`repairs`: previews from `lab.rules.repair.propose_repairs(B)` (nothing applied); the action
-`{"type": "apply_repair", "id": ...}` applies one as ONE undoable entry. `provenance`: the same
-record `experiment.json` carries (lab/core/provenance.py), regenerated for every answer. `image`: the
-selected installation image's hardware context (GPU family, memory, FP8/INT4) from images.yaml.
+The action `{"type": "apply_repair", "id": ...}` applies one of the answer's `repairs` as ONE
+undoable entry.
 
 Load JSON REPLACES B (one undoable entry): the file's fields win; every field the file does not
 name goes back to the default of the file's recipe (B's recipe when the file names none), except
@@ -29,8 +24,7 @@ Bad input (an unknown field, a value the model refuses, a broken share link or J
 4xx whose `detail[0].loc` ends with the field path and whose `msg` says what is wrong; the page
 then keeps the state it had.
 
-GET /api/grpo-example: the walkthrough's worked example, computed by the runtime's own
-`slime.data.batch_builder.normalize_group_rewards`.
+GET /api/grpo-example: the walkthrough's worked example (lab/core/grpo_example.py).
 """
 from __future__ import annotations
 
