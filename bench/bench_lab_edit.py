@@ -2,7 +2,7 @@
 
     python bench/bench_lab_edit.py [--edits 300] [--history 200] [--out FILE]
 
-Runs the route's own steps on the request bytes a page sends (the body reader `lab.safe_json.loads`,
+Runs the route's own steps on the request bytes a page sends (the body reader `lab.core.safe_json.loads`,
 `WorkspaceRequest` validation, then `respond`: `check_workspace`, the history's unsent entries stood
 in for, `_answer` and the encoded answer), without HTTP,
 threads or other clients, so the figure is the cost of one answer whatever else runs on the machine
@@ -33,8 +33,8 @@ from bench_lab_load import EDITS, page_applies, page_request  # the load test's 
 
 def _route(body: bytes) -> bytes:
     """What the server does for one request body, up to the answer's bytes."""
-    from lab import api_workspace as api
-    from lab.safe_json import loads
+    from lab.core.safe_json import loads
+    from lab.web import api_workspace as api
 
     answer = api.respond(api.WorkspaceRequest.model_validate(loads(body)))
     assert answer.status_code == 200, answer.body[:300]

@@ -2,7 +2,7 @@
 
     python bench/bench_lab_load.py [--clients 20] [--requests 20000] [--max-seconds 900] [--workers N] [--out FILE]
 
-Starts the real server (`python -m lab.cli serve`, one process, as a user runs it) on a free
+Starts the real server (`python -m lab.web.cli serve`, one process, as a user runs it) on a free
 127.0.0.1 port, then runs `--clients` threads, each a user with its own workspace and a keep-alive
 connection, sending edits (`POST /api/workspace`, one field changed per request; as the page does, each
 client keeps its whole workspace with its growing undo history and sends B, A and the two top
@@ -82,7 +82,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 sys.path.insert(0, str(ROOT))
-from lab.history_tail import TAIL_SENT  # noqa: E402 - what the page sends of each stack (app.js, tied by a test)
+from lab.core.history_tail import TAIL_SENT  # noqa: E402 - what the page sends of each stack (app.js, tied by a test)
 
 
 def page_request(ws: dict, action: dict) -> dict:
@@ -174,7 +174,7 @@ def main() -> int:
     load_at_start = os.getloadavg()  # other jobs on the machine: the figures mean little without it
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, "-m", "lab.cli", "serve", "--port", str(port), "--workers",
+    server = subprocess.Popen([sys.executable, "-m", "lab.web.cli", "serve", "--port", str(port), "--workers",
                                str(args.workers)], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

@@ -5,7 +5,7 @@
 Starts the real app under uvicorn on 127.0.0.1 (a free port) and Debian's Chromium through
 Playwright, then measures:
 - first load: navigation start → the page drawn with its first answer (`lab:ready` mark; a first
-  visit finds that answer in the page itself, lab/page.py), in fresh browser contexts (empty cache,
+  visit finds that answer in the page itself, lab/web/page.py), in fresh browser contexts (empty cache,
   no stored workspace), and the bytes transferred (CDP encodedDataLength, i.e. gzipped where served so);
   also the renderer main thread's CPU time until the bench sees `lab:ready` (CDP Performance
   metrics in thread ticks; it includes what the page did between the mark and that moment), which
@@ -57,7 +57,7 @@ def serve() -> tuple[subprocess.Popen, str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "lab.app:create_app", "--factory", "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "lab.web.app:create_app", "--factory", "--host", "127.0.0.1",
                              "--port", str(port), "--log-level", "warning"], cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20

@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab import rules  # noqa: E402
-from lab.recipes import all_recipes  # noqa: E402
-from lab.render import render_all  # noqa: E402
+from lab.core.recipes import all_recipes  # noqa: E402
+from lab.web.export import experiment_files
 
 GOAL_P95_MS = 10.0
 
@@ -38,13 +38,13 @@ def bench(iterations: int) -> dict:
     results = {}
     for name in all_recipes():
         exp = rules.new_experiment(name)
-        render_all(exp)  # warm-up
+        experiment_files(exp)  # warm-up
         times, cpu = [], []
         for _ in range(iterations):
             t0, c0 = time.perf_counter(), time.process_time()
             rules.validate(exp)
             rules.derive(exp)
-            render_all(exp)  # validates and derives again for experiment.json: the real cost of a download
+            experiment_files(exp)  # validates and derives again for experiment.json: the real cost of a download
             times.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
         results[name] = {"p50_ms": round(percentile(times, 0.5), 3), "p95_ms": round(percentile(times, 0.95), 3),

@@ -85,7 +85,7 @@ def main() -> int:
     sid = None
     result: dict = {"rollouts": args.rollouts, "burners": args.burners, "cores": os.cpu_count(), "steps": steps}
     try:
-        p = sh([sys.executable, "-m", "lab.cli", "render", "--model", "tiny-cpu", "--set",
+        p = sh([sys.executable, "-m", "lab.web.cli", "render", "--model", "tiny-cpu", "--set",
                 f"task.num_rollout={args.rollouts}", "-o", "out/"], env, steps)
         assert p.returncode == 0, p.stderr
         (ROOT / "experiment.sh").write_text((ROOT / "out" / "experiment.sh").read_text())

@@ -2,11 +2,11 @@
 
 The measured figures (bench/data/memory_measured.json, each row naming its run in
 docs/benchmarks.md) are `torch.cuda.max_memory_allocated` peaks. The estimate is computed here:
-- bench/bench_megatron.py shapes: lab/memory_model.py's `training_parts` for the bench's layout
+- bench/bench_megatron.py shapes: lab/rules/memory_model.py's `training_parts` for the bench's layout
   (1 GPU, TP = PP = 1, one pack of --pack-tokens per micro-batch, the loss reading the response
   rows: the bench's prompts are a quarter of each sequence), dimensions from the bench's own flags
   read by slime.model_spec;
-- recipes: lab.memory.estimate_memory of the recipe's default experiment (the placement step's
+- recipes: lab.rules.memory.estimate_memory of the recipe's default experiment (the placement step's
   figure), training or rollout phase.
 
     python3 bench/compare_memory.py            # a table; --json for the rows
@@ -34,7 +34,7 @@ def measured_rows(path: Path = MEASURED) -> list[dict[str, Any]]:
 def bench_estimate(row: dict[str, Any]) -> dict[str, float]:
     """GiB by part for a bench/bench_megatron.py run on one GPU."""
     from bench.bench_megatron import flags_for
-    from lab.memory_model import GIB, TrainLayout, training_parts
+    from lab.rules.memory_model import GIB, TrainLayout, training_parts
     from slime.model_spec import spec_from_flags
 
     spec = spec_from_flags(flags_for(row["shape"]), row["shape"])
@@ -47,8 +47,8 @@ def bench_estimate(row: dict[str, Any]) -> dict[str, float]:
 
 def recipe_estimate(row: dict[str, Any]) -> dict[str, float]:
     """GiB by item of the lab's estimate for the recipe's default experiment, for the row's phase."""
-    from lab.memory import estimate_memory
-    from lab.rules import new_experiment
+    from lab.rules.dependents import new_experiment
+    from lab.rules.memory import estimate_memory
 
     est = estimate_memory(new_experiment(row["recipe"]))
     phase = est.training if row["kind"] == "recipe_training" else est.rollout

@@ -7,8 +7,8 @@ For every `run-*.sh` of the corpus:
    stand-ins for `ray` and `python`/`python3` (and no-op stand-ins for `pkill`, `sleep`,
    `nvidia-smi`, so a script's clean-up lines touch nothing on this machine): the stand-in writes the
    arguments it was given, and the words after `train.py` / `train_async.py` are the train command;
-2. `lab.import_script.import_script` reads the script (it never runs it) and the train command the
-   lab renders for the imported experiment is computed (`lab.runtime_verdict.runtime_argv`, the
+2. `lab.rules.import_script.import_script` reads the script (it never runs it) and the train command the
+   lab renders for the imported experiment is computed (`lab.core.argv.runtime_argv`, the
    argument list experiment.sh passes);
 3. the two are compared as flag/value pairs (the last occurrence of a flag wins, as in the runtime's
    parser; numbers compared as numbers).
@@ -83,8 +83,8 @@ def capture_train_argv(script: Path, timeout: float = 60) -> tuple[str, list[str
 
 def sourced_spec_flags(script: Path) -> dict[str, list[str]]:
     """The MODEL_ARGS of the spec the script sources, read as the runtime's parser reads flags."""
-    from lab.bash_static import evaluate
-    from lab.import_script import flag_values
+    from lab.core.bash_static import evaluate
+    from lab.rules.import_script import flag_values
 
     spec = next(p for p in (script.parent / "models").glob("*.sh") if f"models/{p.name}" in script.read_text())
     ev = evaluate(spec.read_text(), lambda _: None, str(spec))
@@ -105,7 +105,8 @@ class Result:
 
 
 def measure_one(script: Path) -> Result:
-    from lab.import_script import (
+    from lab.core.argv import runtime_argv
+    from lab.rules.import_script import (
         ScriptImportError,
         _same,
         flag_values,
@@ -113,7 +114,6 @@ def measure_one(script: Path) -> Result:
         model_args_of,
         pair_counts,
     )
-    from lab.runtime_verdict import runtime_argv
 
     try:
         imported = import_script(script.read_text(encoding="utf-8"), script)

@@ -2,7 +2,7 @@
 
 A configuration is clean when the lab shows no error and no memory warning (LAB-MEM-1) for it: the
 runtime accepts it (no RUNTIME error) and the training phase fits the lab's memory estimate. Each
-variant is set through the lab's own edit path (`lab.rules.apply_change`), as a user would set it
+variant is set through the lab's own edit path (`lab.rules.dependents.apply_change`), as a user would set it
 on the page, so dependent fields follow as they do there.
 
     PYTHONPATH=$PWD python bench/lab_clean_configs.py [--verbose] [--issue-variants]
@@ -21,8 +21,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lab.recipes import all_recipes
-from lab.rules import ChangeError, apply_change, new_experiment, validate
+from lab.core.change import ChangeError
+from lab.core.recipes import all_recipes
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.validate import validate
 
 # The common variants of the tutorial, each as the fields a user changes on the page.
 VARIANTS: dict[str, dict[str, Any]] = {

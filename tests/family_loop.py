@@ -145,10 +145,11 @@ def run_recipe(recipe: str, repo: Path, head: RayHead, train_args: tuple[str, ..
                timeout_s: int = 600) -> LoopResult:
     """Render `recipe` into `repo`, then prepare -> convert -> check -> train through experiment.sh.
     `train_args` go after experiment.sh train (train.py takes the last value of a repeated flag)."""
-    from lab.render import render_all, write_files
-    from lab.rules import new_experiment
+    from lab.render import write_files
+    from lab.rules.dependents import new_experiment
+    from lab.web.export import experiment_files
 
-    write_files(render_all(new_experiment(recipe)), repo)
+    write_files(experiment_files(new_experiment(recipe)), repo)
     env = {**head.env, "RAY_DASHBOARD": head.dashboard, "PYTHONPATH": str(repo)}
     seconds, logs = {}, {}
     for step, extra in (("prepare", ()), ("convert", ()), ("check", ()), ("train", train_args)):

@@ -1,12 +1,14 @@
-"""slime/'s import graph: cycles, imports of another module's private names, forbidden arrows.
+"""The import graphs of slime/ and lab/: cycles, imports of another module's private names,
+forbidden arrows.
 
-    python tools/import_graph.py            # prints the three lists; exit 1 when any is non-empty
+    python tools/import_graph.py            # prints the three lists of both; exit 1 when any is non-empty
     python tools/import_graph.py --edges    # also prints every arrow (module -> module)
 
 Every import counts, at module level or inside a function: a lazy import still makes the two
 modules know each other, and hiding a cycle inside a function is how cycles grow unnoticed.
-The rules (FORBIDDEN) say which way the layers point; tests/runtime/test_import_graph.py fails
-on any cycle, private-name import or forbidden arrow.
+The rules (FORBIDDEN for slime/, LAB_FORBIDDEN for lab/) say which way the layers point;
+tests/runtime/test_import_graph.py and tests/lab/test_import_layers.py fail on any cycle,
+private-name import or forbidden arrow.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ FORBIDDEN: tuple[Rule, ...] = (
 )
 
 
+# The lab's layers, highest first: web → render → rules → core. A layer imports only the layers
+# after it (docs/en/code-architecture.md), so the rules are every arrow to an earlier one.
+LAB_LAYERS = ("lab.web", "lab.render", "lab.rules", "lab.core")
+LAB_FORBIDDEN: tuple[Rule, ...] = tuple(
+    Rule(lower, upper, f"{lower} is a layer below {upper} (web → render → rules → core)")
+    for i, upper in enumerate(LAB_LAYERS) for lower in LAB_LAYERS[i + 1:])
+RULES = {"slime": FORBIDDEN, "lab": LAB_FORBIDDEN}
+
+
 def module_of(path: Path, root: Path = ROOT) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -55,8 +66,8 @@ def module_of(path: Path, root: Path = ROOT) -> str:
     return ".".join(parts)
 
 
-def modules(root: Path = ROOT) -> dict[str, Path]:
-    return {module_of(p, root): p for p in sorted((root / PACKAGE).rglob("*.py"))}
+def modules(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Path]:
+    return {module_of(p, root): p for p in sorted((root / package).rglob("*.py"))}
 
 
 @dataclass(frozen=True)
@@ -178,19 +189,27 @@ class Graph:
         return sorted(out)
 
 
-def build(root: Path = ROOT) -> Graph:
-    mods = modules(root)
+def build(root: Path = ROOT, package: str = PACKAGE) -> Graph:
+    mods = modules(root, package)
     known = set(mods)
     return Graph(tuple(i for name, path in mods.items() for i in imports_of(name, path, known)))
 
 
 def main(argv: list[str]) -> int:
-    g = build()
-    if "--edges" in argv:
+    failed = False
+    for package, rules in RULES.items():
+        failed |= report(build(package=package), package, rules, "--edges" in argv)
+    return 1 if failed else 0
+
+
+def report(g: Graph, package: str, rules: tuple[Rule, ...], edges: bool) -> bool:
+    """Print the package's three lists (and its arrows with `edges`); True when any is non-empty."""
+    print(f"== {package}/")
+    if edges:
         for src, targets in sorted(g.edges.items()):
             for t in sorted(targets):
                 print(f"{src} -> {t}")
-    cycles, private, forbidden = g.cycles(), g.private_imports(), g.forbidden()
+    cycles, private, forbidden = g.cycles(), g.private_imports(), g.forbidden(rules)
     print(f"cycles: {len(cycles)}")
     for c in cycles:
         print("  " + " <-> ".join(c))
@@ -200,7 +219,7 @@ def main(argv: list[str]) -> int:
     print(f"forbidden arrows: {len(forbidden)}")
     for f in forbidden:
         print("  " + f)
-    return 1 if cycles or private or forbidden else 0
+    return bool(cycles or private or forbidden)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ DIAGRAMS = {"loop": ".loop", "layout": ".placement", "memory": "#memory", "tp": 
 def _serve():
     import uvicorn
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -48,7 +48,7 @@ def _serve():
 def _workspace(edits: dict) -> dict:
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     c = TestClient(create_app(), base_url="http://127.0.0.1")
     ws = c.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]

@@ -33,9 +33,9 @@ def renders() -> dict[str, str]:
     """'recipe/variant/file' -> sha256 of the rendered bytes."""
     from lab_clean_configs import VARIANTS, configuration
 
-    from lab.provenance import provenance
-    from lab.recipes import all_recipes, get_recipe
-    from lab.render import render_all
+    from lab.core.provenance import provenance
+    from lab.core.recipes import all_recipes, get_recipe
+    from lab.web.export import experiment_files
 
     out: dict[str, str] = {}
     for recipe in all_recipes():
@@ -45,7 +45,7 @@ def renders() -> dict[str, str]:
             except Exception as exc:  # a variant the lab refuses at the field is recorded as such
                 out[f"{recipe}/{variant}/refused"] = type(exc).__name__
                 continue
-            for name, text in sorted(render_all(exp, prov=_pinned(provenance(get_recipe(recipe), exp.install.image))).items()):
+            for name, text in sorted(experiment_files(exp, prov=_pinned(provenance(get_recipe(recipe), exp.install.image))).items()):
                 out[f"{recipe}/{variant}/{name}"] = hashlib.sha256(text.encode()).hexdigest()
     return out
 

@@ -26,7 +26,7 @@ source tools/gpu_env.sh
 WORK=runs/tiny-gpu
 FIRST_SAVE=$(python3 -c 'import yaml; print(yaml.safe_load(open("recipes/tiny-gpu.yaml"))["save_interval"])')
 rm -rf "$WORK" experiment.sh experiment.json .slime-lab.*
-log "render"; PYTHONPATH="$PWD:${PYTHONPATH:-}" python3 -m lab.cli render --model tiny-gpu -o . || exit 4
+log "render"; PYTHONPATH="$PWD:${PYTHONPATH:-}" python3 -m lab.web.cli render --model tiny-gpu -o . || exit 4
 cp experiment.sh "$OUT_DIR/experiment.sh"
 for step in prepare convert check; do
   log "$step"; bash experiment.sh "$step" > "$OUT_DIR/$step.log" 2>&1 || { tail -40 "$OUT_DIR/$step.log"; exit 5; }

@@ -25,7 +25,7 @@ WORK=runs/tiny-gpu
 SPEC=bench/shapes/dense-3b-tinyvocab.sh
 rm -rf "$WORK" experiment.sh experiment.json .slime-lab.*
 log "render"
-PYTHONPATH="$PWD:${PYTHONPATH:-}" python3 -m lab.cli render --model tiny-gpu --set "task.num_rollout=$ROLLOUTS" \
+PYTHONPATH="$PWD:${PYTHONPATH:-}" python3 -m lab.web.cli render --model tiny-gpu --set "task.num_rollout=$ROLLOUTS" \
   --set paths.save_interval=100000 --set evaluation.enabled=false --set resources.max_tokens_per_gpu=8192 -o . || exit 4
 sed -i "s|^MODEL_SPEC=.*|MODEL_SPEC=\"\${SLIME_ROOT}/\"'$SPEC'|" experiment.sh
 cp experiment.sh "$OUT_DIR/experiment.sh"

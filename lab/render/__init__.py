@@ -1,7 +1,7 @@
 """Render an experiment into the files a user downloads: experiment.sh, experiment.json, rayjob.yaml
 (the same run as a KubeRay RayJob) and, for external engines, serving-reference.sh.
 
-`render_all(exp)` is pure and deterministic (no timestamps; same experiment and same sources →
+`render_all(exp, findings, derived)` is pure and deterministic (no timestamps; same experiment and same sources →
 same bytes), so the page's download, `POST /api/render` and `slime-lab render` are byte-identical.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lab import rules
-from lab.experiment import SCHEMA_VERSION, Experiment
-from lab.provenance import commit_label, provenance
-from lab.recipes import get_recipe
+from lab.core import train_flags as flags
+from lab.core.experiment import SCHEMA_VERSION, Experiment
+from lab.core.provenance import commit_label, provenance
+from lab.core.recipes import get_recipe
 from lab.render import context as ctx
 from lab.render.env import template
 from lab.render.rayjob import rayjob_yaml
@@ -34,12 +34,12 @@ def experiment_id(exp: Experiment) -> str:
 def build_context(exp: Experiment, findings: list[Any], derived: Any, prov: dict[str, Any]) -> dict[str, Any]:
     recipe = get_recipe(exp.model.recipe)
     n_actor = getattr(derived, "n_actor", 0) or exp.placement.train_gpus
-    with_yaml = ctx.needs_sglang_yaml(exp, recipe)
-    groups = ctx.train_flag_groups(exp, recipe, n_actor)
-    yaml_groups = ctx.sglang_groups(exp, recipe, n_actor) if with_yaml else []
+    with_yaml = flags.needs_sglang_yaml(exp, recipe)
+    groups = flags.train_flag_groups(exp, recipe, n_actor)
+    yaml_groups = flags.sglang_groups(exp, recipe, n_actor) if with_yaml else []
     sglang_yaml = template("sglang.yaml.j2").render(
         groups=yaml_groups, yaml_value=ctx.yaml_value, recipe=recipe, commit=commit_label(prov)) if with_yaml else ""
-    scalars, arrays = ctx.shell_variables(exp, recipe)
+    scalars, arrays = flags.shell_variables(exp, recipe)
     fp8_source = recipe.conversion.fp8_source
     serving_format = exp.precision.rollout if exp.precision.rollout in ("fp8", "int4") else None
     errors = [f for f in findings if f.level == "error"]
@@ -75,8 +75,8 @@ def build_context(exp: Experiment, findings: list[Any], derived: Any, prov: dict
         "default_dashboard": ctx.DEFAULT_DASHBOARD,
         "ray_gpus": getattr(derived, "ray_gpus_per_node", exp.placement.gpus_per_node),
         "ray_nodes": max(getattr(derived, "ray_nodes", exp.placement.nodes), 1),
-        "sglang_dp_ep": ctx.sglang_parallel(recipe, exp.placement.engine_gpus),
-        "eagle": ctx.eagle_settings(exp, recipe),
+        "sglang_dp_ep": flags.sglang_parallel(recipe, exp.placement.engine_gpus),
+        "eagle": flags.eagle_settings(exp, recipe),
         "custom_model_lines": ctx.custom_model_lines(exp),
     }
 
@@ -123,14 +123,13 @@ def experiment_json(exp: Experiment, findings: list[Any], derived: Any, prov: di
     return pretty_json(doc) + "\n"
 
 
-def render_all(exp: Experiment, findings: list[Any] | None = None, derived: Any = None,
+def render_all(exp: Experiment, findings: list[Any], derived: Any,
                prov: dict[str, Any] | None = None) -> dict[str, str]:
-    """Every file of this experiment, name -> content. `findings`, `derived` and `prov`, when given,
-    must be `rules.validate(exp)`, `rules.derive(exp)` and the provenance record of exp's recipe and
-    image (a caller that has them already passes them, so they are not computed twice)."""
+    """Every file of this experiment, name -> content. `findings` and `derived` are
+    `lab.rules.validate(exp)` and `lab.rules.derive(exp)`: rendering never validates,
+    it prints what the rules found. `prov`, when given, is the provenance record of exp's recipe and
+    image (a caller that has it already passes it, so it is not computed twice)."""
     recipe = get_recipe(exp.model.recipe)
-    findings = rules.validate(exp) if findings is None else findings
-    derived = rules.derive(exp) if derived is None else derived
     prov = provenance(recipe, exp.install.image) if prov is None else prov
     c = build_context(exp, findings, derived, prov)
     files = {

@@ -13,33 +13,16 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable
 
 import jinja2
 
+from lab.core.shell_var import Var
+
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 _UNSAFE_COMMENT = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
-
-
-@dataclass(frozen=True)
-class Var:
-    """A shell variable reference inside a flag list: renders as "${NAME}" (or "${NAME[@]}")."""
-
-    name: str
-    array: bool = False
-    suffix: str = ""  # literal text after the value, e.g. "/weights" -> "${OUTPUT_DIR}"/weights
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", self.name):
-            raise ValueError(f"not a shell variable name: {self.name!r}")
-
-    def render(self) -> str:
-        if self.array:
-            return f'"${{{self.name}[@]}}"'
-        return f'"${{{self.name}}}"' + (shlex.quote(self.suffix) if self.suffix else "")
 
 
 def q(value: Any) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from lab.images import get_image
+from lab.core.images import get_image
 from lab.render.env import Var, comment
 
 # The image's checkout (WORKDIR of docker/gpu.Dockerfile and docker/cpu.Dockerfile): relative paths

@@ -33,7 +33,7 @@ def _free_port() -> int:
 def lab_url() -> Iterator[str]:
     import uvicorn
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import act, assert_clean, reveal, wait_until
 
-from lab.recipes import REPO_ROOT
+from lab.core.recipes import REPO_ROOT
 
 pytestmark = pytest.mark.browser
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

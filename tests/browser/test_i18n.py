@@ -6,8 +6,8 @@ import re
 import pytest
 from conftest import act, assert_clean, wait_until
 
-from lab.experiment import LEAF_FIELDS
-from lab.page import page_locale
+from lab.core.experiment import LEAF_FIELDS
+from lab.web.page import page_locale
 
 # Proper nouns, flags and file names that stay as they are in Chinese text, plus the technical
 # terms the Chinese tutorial (the spec of the zh wording) itself leaves in English.
@@ -36,7 +36,7 @@ def _keys(obj, prefix=""):
 
 
 def test_locales_have_the_same_keys_and_cover_every_field():
-    en = page_locale("en")  # en.json + each field's description as its help (lab/page.py)
+    en = page_locale("en")  # en.json + each field's description as its help (lab/web/page.py)
     zh = page_locale("zh")
     assert _keys(en) == _keys(zh)
     assert set(en["fields"]) == set(LEAF_FIELDS)

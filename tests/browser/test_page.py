@@ -9,8 +9,8 @@ import json
 import pytest
 from conftest import act, assert_clean, reveal, wait_ready
 
-from lab.experiment import PRIVATE_FIELDS, Experiment
-from lab.recipes import all_recipes
+from lab.core.experiment import PRIVATE_FIELDS, Experiment
+from lab.core.recipes import all_recipes
 
 pytestmark = pytest.mark.browser
 
@@ -130,7 +130,7 @@ def test_the_page_sends_only_the_tops_of_its_history_and_keeps_the_whole_of_it(n
     page stores after edits, undos and redos are the ones the server computes from the whole history."""
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     page = new_page()
     bodies: list[dict] = []
@@ -184,7 +184,7 @@ def test_share_link_reproduces_architecture_without_private_fields(new_page, lab
     assert "MARKER0x" in json.dumps(ws)  # the markers are in the local workspace ...
     link = page.locator("#share-link").input_value()
     assert link.startswith(lab_url + "/#s=")
-    from lab.share import decode_link
+    from lab.core.share import decode_link
 
     decoded = json.dumps(decode_link(link))
     assert "MARKER" not in decoded and "marker" not in decoded  # ... and never in the link
@@ -213,14 +213,14 @@ def test_share_link_reproduces_architecture_without_private_fields(new_page, lab
 
 
 def test_downloaded_experiment_sh_equals_render_all(new_page, tmp_path):
-    from lab.render import render_all
+    from lab.web.export import experiment_files
 
     page = new_page()
     choose(page, "model.recipe", "deepseek-r1")
     page.locator("#gpu-panel > summary").click()
     act(page, lambda: page.locator('[data-field="resources.cpu_adam"]').uncheck())
     exp = Experiment.model_validate(stored_workspace(page)["b"])
-    files = render_all(exp)
+    files = experiment_files(exp)
     for name in ("experiment.sh", "experiment.json"):
         with page.expect_download() as dl:
             page.locator(f'[data-download="{name}"]').click()

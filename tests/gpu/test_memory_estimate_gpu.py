@@ -1,4 +1,4 @@
-"""The lab's memory estimate (lab/memory_model.py) against peaks measured here, on the GPU:
+"""The lab's memory estimate (lab/rules/memory_model.py) against peaks measured here, on the GPU:
 a Megatron training step of bench/bench_megatron.py shapes, and the embedded engine serving a
 tiny-gpu-sized batch. Each test prints estimate and measurement (and, for the engine, the largest
 live allocations with the code that made them), so a miss says where the memory went.
@@ -58,7 +58,7 @@ def test_the_embedded_engine_peaks_within_15_percent_of_its_estimate(name, over,
     from gpu_helpers import record, spec_text
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from lab.memory_model import embedded_engine_parts
+    from lab.rules.memory_model import embedded_engine_parts
     from slime.inference.batcher import ContinuousBatcher
     from slime.inference.sampler import RowParams
     from slime.model_spec import load_model_spec

@@ -14,13 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from lab import share
-from lab import workspace as W
-from lab.api_workspace import Action, _apply, view
-from lab.experiment import PRIVATE_FIELDS
-from lab.load_json import MAX_BYTES
-from lab.render import render_all
-from lab.rules import ChangeError, apply_change, new_experiment
+from lab.core import share
+from lab.core import workspace as W
+from lab.core.change import ChangeError
+from lab.core.experiment import PRIVATE_FIELDS
+from lab.core.load_json import MAX_BYTES
+from lab.rules import edit as E
+from lab.rules.dependents import apply_change, new_experiment
+from lab.web.api_workspace import Action, _apply
+from lab.web.export import experiment_files
+from lab.web.workspace_view import view
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MINE = {"paths.save": "/home/me/ckpt/secret-run", "paths.hf_checkpoint": "/home/me/models/glm",
@@ -33,7 +36,7 @@ def act(ws: W.Workspace, type: str, **kw) -> W.Workspace:
 
 def mine_ws() -> W.Workspace:
     """A user's B with their own private values, saved as A, then edited."""
-    ws = W.edit_many(W.Workspace(), dict(MINE), "my paths")
+    ws = E.edit_many(E.fresh_workspace(), dict(MINE), "my paths")
     ws = act(ws, "save_a")
     return act(ws, "edit", path="task.num_rollout", value=9)
 
@@ -103,7 +106,7 @@ def test_ab_share_link_strips_private_fields_on_both_sides():
     text = json.dumps(env)
     for value in MINE.values():
         assert json.dumps(value).strip('"[]') not in text
-    opened = act(W.Workspace(), "open_share", link=link)  # a stranger: A and B, their own paths
+    opened = act(E.fresh_workspace(), "open_share", link=link)  # a stranger: A and B, their own paths
     assert opened.a.task.num_rollout != opened.b.task.num_rollout and opened.b.paths.save != MINE["paths.save"]
 
 
@@ -111,7 +114,7 @@ def test_ab_share_link_strips_private_fields_on_both_sides():
 
 def test_load_our_export_replaces_b_exactly_in_one_undoable_step():
     src, _ = apply_change(new_experiment("glm4.7"), "paths.save", "/team/ckpt/glm47")
-    text = render_all(src)["experiment.json"]
+    text = experiment_files(src)["experiment.json"]
     ws = mine_ws()
     loaded = act(ws, "load_json", text=text)
     assert loaded.b == src and len(loaded.undo) == len(ws.undo) + 1 and loaded.a == ws.a
@@ -177,7 +180,7 @@ def test_view_regenerates_provenance_for_the_current_page():
 def test_the_page_language_localizes_findings_and_repairs_but_not_the_workspace_or_files():
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     exp, _ = apply_change(new_experiment("glm4.7-flash"), "serving.pd.enabled", True)
     body = {"workspace": W.Workspace(b=exp).model_dump(mode="json"), "action": {"type": "view"}}

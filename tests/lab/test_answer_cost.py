@@ -12,25 +12,23 @@ import threading
 import pytest
 from fastapi.testclient import TestClient
 
-from lab import api_workspace as api
-from lab import rules, safe_json
-from lab.app import create_app
-from lab.experiment import Experiment
-from lab.history_memo import HistoryMemo, contents_key
-from lab.memo import Memo
+from lab.core import change, safe_json
+from lab.core.experiment import Experiment
+from lab.core.history_memo import HistoryMemo, contents_key
+from lab.core.memo import Memo
+from lab.core.recipes import all_recipes
+from lab.core.workspace import MAX_HISTORY, SENT_HISTORIES, HistoryEntry, Workspace, undo, workspace_json
 from lab.render import render_all
-from lab.repair import propose_repairs
-from lab.workspace import (
-    MAX_HISTORY,
-    SENT_HISTORIES,
-    HistoryEntry,
-    Workspace,
-    edit,
-    edit_many,
-    reset,
-    undo,
-    workspace_json,
-)
+from lab.render.env import TEMPLATES_DIR
+from lab.rules.dependents import new_experiment
+from lab.rules.derive import derive
+from lab.rules.edit import edit, edit_many, fresh_workspace, reset
+from lab.rules.repair import propose_repairs
+from lab.rules.validate import validate
+from lab.web import api_workspace as api
+from lab.web import workspace_view as wv
+from lab.web.app import create_app
+from lab.web.export import experiment_files
 
 
 def _reference_depth(text: str) -> int:
@@ -115,21 +113,21 @@ def test_strings_that_look_like_numbers_are_read_as_they_are():
 
 
 def _exp_with_repairs():
-    ws = edit(Workspace(), "model.recipe", "glm5.3")
+    ws = edit(fresh_workspace(), "model.recipe", "glm5.3")
     return edit_many(ws, {"placement.train_gpus": 12, "placement.rollout_gpus": 12}, "t").b
 
 
-@pytest.mark.parametrize("make", [lambda: Workspace().b, _exp_with_repairs,
-                                  lambda: edit(Workspace(), "placement.ownership", "external").b])
+@pytest.mark.parametrize("make", [lambda: fresh_workspace().b, _exp_with_repairs,
+                                  lambda: edit(fresh_workspace(), "placement.ownership", "external").b])
 def test_each_part_computed_once_equals_the_part_computed_on_its_own(make):
     exp = make()
-    prov = api._provenance(exp)
-    shown = api._compute_experiment_view(exp, prov)
-    assert shown["findings"] == api._dump(rules.validate(exp))
-    assert shown["derived"] == api._dump(rules.derive(exp))
-    assert shown["files"] == render_all(exp)
-    assert shown["repairs"] == api._dump(propose_repairs(exp))
-    assert render_all(exp, rules.validate(exp), rules.derive(exp), prov) == render_all(exp)
+    prov = wv._provenance(exp)
+    shown = wv._compute_experiment_view(exp, prov)
+    assert shown["findings"] == wv.dump(validate(exp))
+    assert shown["derived"] == wv.dump(derive(exp))
+    assert shown["files"] == experiment_files(exp)
+    assert shown["repairs"] == wv.dump(propose_repairs(exp))
+    assert render_all(exp, validate(exp), derive(exp), prov) == experiment_files(exp)
 
 
 def test_a_remembered_answer_equals_one_computed_afresh():
@@ -139,8 +137,8 @@ def test_a_remembered_answer_equals_one_computed_afresh():
     body = {"workspace": ws, "action": {"type": "edit", "path": "placement.train_gpus", "value": 12}}
     remembered = client.post("/api/workspace", json=body)
     remembered = client.post("/api/workspace", json=body)  # the second one comes from the memory
-    api._SHOWN.clear()
-    api._FINDINGS.clear()
+    wv._SHOWN.clear()
+    wv._FINDINGS.clear()
     fresh = client.post("/api/workspace", json=body)
     assert remembered.status_code == fresh.status_code == 200
     assert remembered.json() == fresh.json()
@@ -148,27 +146,27 @@ def test_a_remembered_answer_equals_one_computed_afresh():
 
 
 def test_the_remembered_answers_stay_bounded_however_many_experiments_come():
-    ws = Workspace()
-    for n in range(api._SHOWN.size + 20):
-        api.view(edit(ws, "task.num_rollout", 5000 + n))
-    assert len(api._SHOWN) == api._SHOWN.size
+    ws = fresh_workspace()
+    for n in range(wv._SHOWN.size + 20):
+        wv.view(edit(ws, "task.num_rollout", 5000 + n))
+    assert len(wv._SHOWN) == wv._SHOWN.size
 
 
 def test_a_changed_source_or_template_is_not_answered_from_memory(tmp_path):
-    exp = Workspace().b
-    prov = api._provenance(exp)
-    key = api._sources_key(prov)
+    exp = fresh_workspace().b
+    prov = wv._provenance(exp)
+    key = wv._sources_key(prov)
     changed = json.loads(json.dumps(prov))
     changed["sources"]["model_spec"]["sha256"] = "0" * 64
-    assert api._sources_key(changed) != key
-    template = next(api._TEMPLATES.iterdir())
+    assert wv._sources_key(changed) != key
+    template = next(TEMPLATES_DIR.iterdir())
     st = template.stat()
     try:
         os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
-        assert api._sources_key(prov) != key
+        assert wv._sources_key(prov) != key
     finally:
         os.utime(template, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert api._sources_key(prov) == key
+    assert wv._sources_key(prov) == key
 
 
 def test_a_plain_edit_travels_in_the_history_as_its_label_and_its_change_alone():
@@ -190,7 +188,7 @@ def test_a_plain_edit_travels_in_the_history_as_its_label_and_its_change_alone()
 
 
 def test_the_history_as_sent_reads_back_equal_to_the_workspace():
-    ws = Workspace()
+    ws = fresh_workspace()
     for n in range(MAX_HISTORY + 5):
         ws = edit(ws, "task.num_rollout", 100 + n)
     ws = undo(undo(reset(edit(ws, "placement.ownership", "colocated"))))
@@ -202,7 +200,7 @@ def test_the_history_as_sent_reads_back_equal_to_the_workspace():
 
 
 def _history(n: int) -> Workspace:
-    ws = Workspace()
+    ws = fresh_workspace()
     for i in range(n):
         ws = edit(ws, "task.num_rollout", 100 + i)
     return ws
@@ -273,7 +271,7 @@ def test_the_remembered_histories_stay_bounded():
 
 
 def test_the_encoded_answer_holds_the_same_values_as_json_dumps():
-    v = api.view(edit(Workspace(), "rollout.temperature", 0.7))
+    v = wv.view(edit(fresh_workspace(), "rollout.temperature", 0.7))
     v["probe"] = {"tiny": 1e-06, "text": "é\u2028<script>", "big": 2**62}
     assert json.loads(api.AnswerResponse(v).body) == json.loads(json.dumps(v))
 
@@ -283,10 +281,10 @@ def test_an_answer_written_from_remembered_bytes_equals_one_encoded_whole(lang):
     """The parts of a remembered view are encoded once and spliced into each answer; a part the
     answer replaced (a translation, another workspace's value) is encoded afresh, never taken from
     the bytes of the value it replaced."""
-    ws = edit(Workspace(), "model.recipe", "glm5.3")
-    tops = api.history_tail.tops(ws)
-    answer, encoded = api._view(ws, tops, None, ws)
-    content = api.localized(answer, lang, tops)
+    ws = edit(fresh_workspace(), "model.recipe", "glm5.3")
+    tops = wv.history_tail.tops(ws)
+    answer, encoded = wv.answer_view(ws, tops, None, ws)
+    content = wv.localized(answer, lang, tops)
     stale = {**encoded, "files": ({"experiment.sh": "stale"}, b'{"experiment.sh":"stale"}')}
     spliced = json.loads(api.AnswerResponse(content, stale).body)
     assert spliced == json.loads(api.AnswerResponse(content).body) == json.loads(json.dumps(content))
@@ -326,8 +324,8 @@ def test_one_process_computes_one_answer_at_a_time(monkeypatch):
     import anyio
     import httpx
 
-    import lab.api_workspace as aw
-    from lab.app import create_app
+    import lab.web.api_workspace as aw
+    from lab.web.app import create_app
 
     running, most = [0], [0]
     lock = threading.Lock()
@@ -366,13 +364,13 @@ def test_one_process_computes_one_answer_at_a_time(monkeypatch):
 
 # --- validation and provenance memos: what they answer is what a fresh computation answers ------
 
-@pytest.mark.parametrize("recipe", sorted(rules.all_recipes()))
+@pytest.mark.parametrize("recipe", sorted(all_recipes()))
 def test_an_experiment_dumped_into_an_answer_validates_back_to_itself(recipe):
     """What lets SENT_EXPERIMENTS stand for validation: the dump of every recipe's experiment reads
     back equal, also as JavaScript writes it back (whole floats as integers)."""
-    from lab.workspace import _as_javascript_writes
+    from lab.core.workspace import _as_javascript_writes
 
-    exp = rules.new_experiment(recipe)
+    exp = new_experiment(recipe)
     sent = json.loads(json.dumps(exp.model_dump(mode="json")))
     assert Experiment.model_validate(sent) == exp == Experiment.model_validate(sent, strict=True)
     as_js = _as_javascript_writes(sent)
@@ -384,7 +382,7 @@ def test_every_field_that_holds_a_float_reads_an_integer_as_that_float():
     """Why the JavaScript form of a dump validates to the same experiment: no field takes int or float both."""
     import typing
 
-    from lab.experiment import iter_field_paths
+    from lab.core.experiment import iter_field_paths
 
     for path, info in iter_field_paths():
         args = set(typing.get_args(info.annotation)) or {info.annotation}
@@ -394,7 +392,7 @@ def test_every_field_that_holds_a_float_reads_an_integer_as_that_float():
 
 
 def test_a_remembered_experiment_is_never_answered_for_other_contents():
-    from lab.workspace import SENT_EXPERIMENTS, known_experiment
+    from lab.core.workspace import SENT_EXPERIMENTS, known_experiment
 
     client = TestClient(create_app(), base_url="http://127.0.0.1")
     ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
@@ -425,25 +423,25 @@ def test_a_remembered_experiment_is_never_answered_for_other_contents():
     again = client.post("/api/workspace", json={"workspace": ws, "action": {"type": "edit", "path": "rollout.temperature",
                                                                             "value": 0.7}}).json()
     assert again["workspace"]["b"]["rollout"]["temperature"] == 0.7
-    assert len(SENT_EXPERIMENTS) <= SENT_EXPERIMENTS.size and len(rules.VALIDATED) <= rules.VALIDATED.size
+    assert len(SENT_EXPERIMENTS) <= SENT_EXPERIMENTS.size and len(change.VALIDATED) <= change.VALIDATED.size
 
 
 def test_a_strict_check_is_not_answered_by_a_lax_memo():
     """rules.validated is strict: contents that only lax validation accepts are refused, whatever was sent before."""
-    from lab.workspace import SENT_EXPERIMENTS, remember_sent
+    from lab.core.workspace import SENT_EXPERIMENTS, remember_sent
 
-    exp = Workspace().b
+    exp = fresh_workspace().b
     data = exp.model_dump(mode="json")
     data["task"]["num_rollout"] = "7"  # lax validation makes it 7; strict refuses a string
     remember_sent(exp, data)  # even if such contents were ever remembered as sent
-    with pytest.raises(rules.ChangeError):
-        rules.validated(data)
+    with pytest.raises(change.ChangeError):
+        change.validated(data)
     SENT_EXPERIMENTS.clear()
 
 
 def test_an_edited_source_gives_a_new_provenance_record_at_once(tmp_path, monkeypatch):
-    from lab import provenance as P
-    from lab.recipes import REPO_ROOT, get_recipe
+    from lab.core import provenance as P
+    from lab.core.recipes import REPO_ROOT, get_recipe
 
     recipe = get_recipe("glm4-9b")
     first = P.provenance(recipe, "x")

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.experiment import PRIVATE_FIELDS
-from lab.recipes import all_recipes
-from lab.render import render_all
-from lab.rules import apply_change, new_experiment
+from lab.core.experiment import PRIVATE_FIELDS
+from lab.core.recipes import all_recipes
+from lab.rules.dependents import apply_change, new_experiment
+from lab.web.app import create_app
+from lab.web.export import experiment_files
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def test_render_equals_render_all_byte_for_byte(client):
     for name in all_recipes():
         exp = new_experiment(name)
         r = client.post("/api/render", json=body(exp))
-        assert r.status_code == 200 and r.json()["files"] == render_all(exp)
+        assert r.status_code == 200 and r.json()["files"] == experiment_files(exp)
 
 
 def test_render_bad_field_value_is_422_with_its_location(client):

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment
-from lab.recipes import all_recipes
+from lab.core.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment
+from lab.core.recipes import all_recipes
+from lab.web.app import create_app
 
 KEYS = {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands", "files",
         "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change", "history_labels",
@@ -46,10 +46,10 @@ def test_view_of_a_fresh_workspace_has_everything_the_page_draws(client):
 
 
 def test_files_are_exactly_render_all(client):
-    from lab.render import render_all
+    from lab.web.export import experiment_files
 
     v = edit(client, None, "model.recipe", "glm5.3")
-    assert v["files"] == render_all(Experiment.model_validate(v["workspace"]["b"]))
+    assert v["files"] == experiment_files(Experiment.model_validate(v["workspace"]["b"]))
 
 
 def test_edit_is_one_history_entry_and_undo_redo(client):
@@ -124,7 +124,7 @@ def test_share_link_opens_as_one_change_keeping_private_fields(client):
     theirs = edit(client, None, "model.recipe", "deepseek-r1")
     theirs = edit(client, theirs["workspace"], "paths.save", "/their/secret/save")
     link = theirs["share_link"]
-    assert "secret" not in json.dumps(__import__("lab.share", fromlist=["decode_link"]).decode_link(link))
+    assert "secret" not in json.dumps(__import__("lab.core.share", fromlist=["decode_link"]).decode_link(link))
     o = post(client, mine["workspace"], {"type": "open_share", "link": "http://elsewhere/" + link})
     b = o["workspace"]["b"]
     assert b["model"]["recipe"] == "deepseek-r1"
@@ -203,6 +203,6 @@ def test_page_has_one_labelled_control_per_field_and_marks_private_ones(client):
         assert f'<label for="{ident}"' in html, path
     assert html.count('class="private-marker"') == len(PRIVATE_FIELDS)
     # The page's markup names no outside address; its JSON data blocks (the fresh workspace's answer,
-    # lab/page.py) are text the page shows, e.g. experiment.sh's default local Ray dashboard address.
+    # lab/web/page.py) are text the page shows, e.g. experiment.sh's default local Ray dashboard address.
     markup = re.sub(r'<script type="application/json" id="boot-[a-z]+">.*?</script>', "", html, flags=re.DOTALL)
     assert "http://" not in markup.replace("http://www.w3.org", "") and "https://" not in markup

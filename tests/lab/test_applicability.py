@@ -1,14 +1,14 @@
-"""The page folds controls that cannot apply to the current choices (lab/applicability.py), and
+"""The page folds controls that cannot apply to the current choices (lab/rules/applicability.py), and
 recipes start from ordinary serving with EAGLE as the next step."""
 from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.applicability import folded_fields
-from lab.experiment import Experiment
-from lab.page import field_specs
-from lab.recipes import all_recipes
+from lab.core.experiment import Experiment
+from lab.core.recipes import all_recipes
+from lab.rules.applicability import folded_fields
+from lab.web.app import create_app
+from lab.web.page import field_specs
 
 
 def _view(edits: dict | None = None) -> dict:

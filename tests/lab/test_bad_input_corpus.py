@@ -16,12 +16,12 @@ from typing import Any, Iterator
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.body import MAX_BODY_BYTES
-from lab.cli import main as cli_main
-from lab.experiment import LEAF_FIELDS
-from lab.rules import new_experiment
-from lab.share import encode_link
+from lab.core.experiment import LEAF_FIELDS
+from lab.core.share import encode_link
+from lab.rules.dependents import new_experiment
+from lab.web.app import create_app
+from lab.web.body import MAX_BODY_BYTES
+from lab.web.cli import main as cli_main
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -25,7 +25,7 @@ import sys
 for name in {HEAVY!r}:
     sys.modules[name] = None
 from fastapi.testclient import TestClient
-from lab.app import create_app
+from lab.web.app import create_app
 client = TestClient(create_app(), base_url="http://127.0.0.1")
 assert client.get("/").status_code == 200
 assert "<math" in client.get("/docs/en/corrections.md").text

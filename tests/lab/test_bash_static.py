@@ -1,4 +1,4 @@
-"""The static bash reader (lab/bash_static.py) against real bash: for each snippet, the words it
+"""The static bash reader (lab/core/bash_static.py) against real bash: for each snippet, the words it
 reads for the train command equal the words bash hands to a recording stand-in for `python3`
 (bench/import_roundtrip.capture_train_argv, named as such there)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.import_roundtrip import capture_train_argv
-from lab.bash_static import evaluate
+from lab.core.bash_static import evaluate
 
 SNIPPETS = {
     "defaults": 'A=${A:-x}\nB=${B-y}\nC=""\nD=${C:-z}\nE=${C-w}\nF=${NOPE:=q}\nG=${F:+set}\n'

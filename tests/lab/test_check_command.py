@@ -9,15 +9,16 @@ from pathlib import Path
 
 import yaml
 
-from lab.recipes import REPO_ROOT, get_recipe
-from lab.render import render_all, write_files
-from lab.rules import apply_change, new_experiment
+from lab.core.recipes import REPO_ROOT, get_recipe
+from lab.render import write_files
+from lab.rules.dependents import apply_change, new_experiment
+from lab.web.export import experiment_files
 from tests.lab.runtime_pending import pending, pending_texts
 
 
 def runtime_refuses_megatron_placement() -> bool:
     """A GPU recipe's defaults meet a refusal of a capability the runtime lacks today (runtime_pending)."""
-    from lab.rules import validate as lab_validate
+    from lab.rules.validate import validate as lab_validate
 
     return any(pending(f) for f in lab_validate(new_experiment("glm4-9b")))
 
@@ -35,7 +36,7 @@ def make_repo(tmp_path: Path, recipe: str, with_spec: bool = True, **changes) ->
     for path, value in changes.items():
         exp, _ = apply_change(exp, path.replace("__", "."), value)
     repo = tmp_path / "repo"
-    write_files(render_all(exp), repo)
+    write_files(experiment_files(exp), repo)
     for entry in ("train.py", "train_async.py"):  # `check` runs the runtime's dry run from the checkout
         (repo / entry).symlink_to(REPO_ROOT / entry)
     if with_spec:
@@ -130,7 +131,7 @@ def test_check_says_what_the_cluster_must_have_installed(tmp_path):
 
 
 def test_check_prints_the_ray_placement_plan_of_glm47_on_8_nodes(tmp_path):
-    from lab.runtime_verdict import placement, placement_lines
+    from lab.rules.runtime_verdict import placement, placement_lines
 
     script = make_repo(tmp_path, "glm4.7", **{"placement__nodes": 8})
     out = run(script, "check")
@@ -179,7 +180,7 @@ def test_check_reports_a_model_spec_that_disagrees_with_config_json(tmp_path):
 
 
 def test_check_prints_the_labs_findings_as_findings_with_their_id_and_fix(tmp_path):
-    from lab.rules import validate as lab_validate
+    from lab.rules.validate import validate as lab_validate
 
     exp, _ = apply_change(new_experiment("glm4-9b"), "resources.tp", 3)
     (par1,) = [f for f in lab_validate(exp) if f.id == "PAR-1"]

@@ -15,16 +15,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from lab import cli
-from lab.app import create_app
-from lab.recipes import REPO_ROOT, all_recipes
-from lab.render import render_all
-from lab.rules import apply_change, new_experiment
+from lab.core.recipes import REPO_ROOT, all_recipes
+from lab.rules.dependents import apply_change, new_experiment
+from lab.web import cli
+from lab.web.app import create_app
+from lab.web.export import experiment_files
 
 
 def slime_lab(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "lab.cli", *args], cwd=REPO_ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "lab.web.cli", *args], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -39,14 +39,14 @@ def main(capsys, *args: str) -> tuple[int, str, str]:
 
 def export(tmp_path: Path, exp, bare: bool = False) -> Path:
     path = tmp_path / ("bare.json" if bare else "experiment.json")
-    path.write_text(json.dumps(exp.model_dump(mode="json")) if bare else render_all(exp)["experiment.json"])
+    path.write_text(json.dumps(exp.model_dump(mode="json")) if bare else experiment_files(exp)["experiment.json"])
     return path
 
 
 def test_render_via_cli_equals_render_all_equals_api_bytes(tmp_path):
     out = slime_lab("render", "--model", "glm4-9b", "-o", str(tmp_path / "out"))
     assert out.returncode == 0, out.stderr
-    expected = render_all(new_experiment("glm4-9b"))
+    expected = experiment_files(new_experiment("glm4-9b"))
     api = TestClient(create_app(), base_url="http://127.0.0.1").post(
         "/api/render", json={"experiment": new_experiment("glm4-9b").model_dump(mode="json")}).json()["files"]
     written = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
@@ -96,7 +96,7 @@ def test_render_reads_an_export_or_a_bare_experiment(capsys, tmp_path):
         out_dir = tmp_path / source.stem
         code, _, err = main(capsys, "render", str(source), "-o", str(out_dir))
         assert code == 0, err
-        assert (out_dir / "experiment.sh").read_text() == render_all(exp)["experiment.sh"]
+        assert (out_dir / "experiment.sh").read_text() == experiment_files(exp)["experiment.sh"]
 
 
 def test_validate_exits_0_without_errors_and_1_with_errors(capsys, tmp_path):
@@ -167,7 +167,7 @@ def test_allow_host_and_openapi_are_passed_to_the_app(capsys, monkeypatch):
 
 
 def test_serve_workers_gives_every_process_the_same_settings(capsys, monkeypatch):
-    from lab.app import APP_SETTINGS_ENV, app_from_env
+    from lab.web.app import APP_SETTINGS_ENV, app_from_env
 
     seen = {}
     monkeypatch.setattr("uvicorn.run", lambda app, **kw: seen.update(app=app, **kw))
@@ -175,7 +175,7 @@ def test_serve_workers_gives_every_process_the_same_settings(capsys, monkeypatch
     code, _, _ = main(capsys, "serve", "--workers", "2", "--allow-host", "lab.internal", "--openapi")
     assert code == 0 and seen["workers"] == 2 and seen["factory"] is True
     module, name = seen["app"].split(":")  # uvicorn imports the factory in each worker process
-    assert (module, name) == ("lab.app", "app_from_env")
+    assert (module, name) == ("lab.web.app", "app_from_env")
     app = TestClient(app_from_env(), base_url="http://lab.internal")  # what a worker builds
     assert app.get("/openapi.json").status_code == 200
     assert app.get("/api/recipes", headers={"host": "192.0.2.7"}).status_code == 400
@@ -194,7 +194,7 @@ def test_serve_answers_http_and_prints_its_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "lab.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "lab.web.cli", "serve", "--port", str(port)], cwd=REPO_ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert f"http://127.0.0.1:{port}/" in proc.stdout.readline()
@@ -220,7 +220,7 @@ def test_validate_reads_a_schema1_export_like_the_page(capsys):
 
 
 def _page_repairs(exp) -> list[dict]:
-    from lab.workspace import Workspace
+    from lab.core.workspace import Workspace
 
     client = TestClient(create_app(), base_url="http://127.0.0.1")
     r = client.post("/api/workspace", json={"workspace": Workspace(b=exp).model_dump(mode="json"), "action": {"type": "view"}})
@@ -243,7 +243,7 @@ def test_repair_previews_the_pages_repairs_and_writes_the_repaired_experiment_on
     assert slime_lab("validate", str(fixed)).returncode == 0  # no error left
     again = cli.load_experiment_file(str(fixed))
     assert again.resources.cp == 1 and again.resources.tp == 2
-    assert fixed.read_text() == render_all(again)["experiment.json"]  # the page's export format
+    assert fixed.read_text() == experiment_files(again)["experiment.json"]  # the page's export format
 
 
 def test_repair_with_an_unknown_id_names_the_repairs_and_writes_nothing(tmp_path):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lab.recipes import REPO_ROOT, get_recipe
-from lab.rules import new_experiment
+from lab.core.recipes import REPO_ROOT, get_recipe
+from lab.rules.dependents import new_experiment
 
 LANGS = ("en", "zh")
 
@@ -36,7 +36,7 @@ def test_the_served_page_shows_that_step1_text():
 
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     page = TestClient(create_app(), base_url="http://127.0.0.1").get("/")
     assert page.status_code == 200 and escape(_step1("en")) in page.text.replace("&#39;", "&#x27;")

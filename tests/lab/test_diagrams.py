@@ -1,9 +1,9 @@
-"""TP / PP / EP / CP / ZeRO diagrams are drawn at the experiment's own sizes (lab/diagrams.py)."""
+"""TP / PP / EP / CP / ZeRO diagrams are drawn at the experiment's own sizes (lab/render/diagrams.py)."""
 from __future__ import annotations
 
-from lab.derive import recipe_and_spec
-from lab.diagrams import MAX_DRAWN, loop_diagram, parallel_diagrams
-from lab.rules import apply_change, derive, new_experiment
+from lab.render.diagrams import MAX_DRAWN, loop_diagram, parallel_diagrams
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.derive import derive, recipe_and_spec
 
 
 def _diagrams(name: str, **changes):

@@ -199,7 +199,7 @@ def _anchor_targets() -> list[tuple[str, str, str]]:
 
 
 def test_every_anchor_link_in_the_docs_opens_an_existing_section() -> None:
-    from lab.docs import section_ids
+    from lab.web.docs import section_ids
 
     targets = _anchor_targets()
     assert len(targets) >= 15, targets
@@ -208,13 +208,13 @@ def test_every_anchor_link_in_the_docs_opens_an_existing_section() -> None:
 
 
 def test_every_why_and_see_link_of_the_page_opens_a_section_in_both_languages() -> None:
-    from lab.doc_links import SEE, WHY, WHY_EXTRA, all_targets
-    from lab.docs import section_ids
-    from lab.page import field_specs, render_page
+    from lab.web.doc_links import SEE, WHY, WHY_EXTRA, all_targets
+    from lab.web.docs import section_ids
+    from lab.web.page import field_specs, render_page
 
     html = render_page()
     drawn = set(re.findall(r'data-doc="([^"]+)"', html))
-    assert set(all_targets()) == drawn, "every link of lab/doc_links.py is drawn, and only those"
+    assert set(all_targets()) == drawn, "every link of lab/web/doc_links.py is drawn, and only those"
     assert set(WHY) <= set(field_specs()), set(WHY) - set(field_specs())
     switches = {"task.advantage_estimator", "corrections.tis", "corrections.icepop", "corrections.r3", "corrections.sc",
                 "corrections.deterministic", "placement.scheduling", "precision.rollout", "serving.pd.enabled",
@@ -234,8 +234,8 @@ def test_every_why_and_see_link_of_the_page_opens_a_section_in_both_languages() 
 
 
 def test_each_why_and_math_derivation_cites_its_original_paper() -> None:
-    from lab.doc_links import WHY, WHY_EXTRA
-    from lab.docs import render_markdown
+    from lab.web.doc_links import WHY, WHY_EXTRA
+    from lab.web.docs import render_markdown
 
     targets = set(WHY.values()) | {t for _, t in WHY_EXTRA.values()}
     for target in sorted(targets):
@@ -254,7 +254,7 @@ def test_each_why_and_math_derivation_cites_its_original_paper() -> None:
 def test_the_lab_serves_every_docs_page_with_mathml_and_working_links(lang: str) -> None:
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     client = TestClient(create_app(), base_url="http://127.0.0.1")
     math_pages = 0
@@ -287,7 +287,7 @@ def test_source_files_cite_docs_pages_not_reference_files_outside_the_repository
 def test_docs_in_an_unknown_language_are_a_404_naming_the_known_ones() -> None:
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     r = TestClient(create_app(), base_url="http://127.0.0.1").get("/docs/fr/")
     assert r.status_code == 404 and "text/html" in r.headers["content-type"]
@@ -300,7 +300,7 @@ _CODE_PATH_RE = re.compile(r"`((?:slime|lab|recipes|scripts|docker|tools)/[^`\s]
 @pytest.mark.parametrize("folder", [EN, ZH])
 def test_the_code_architecture_page_names_only_paths_that_exist(folder: Path) -> None:
     """The code map goes stale silently when a module moves: every path it names must exist."""
-    from lab.experiment import LEAF_FIELDS
+    from lab.core.experiment import LEAF_FIELDS
 
     text = (folder / "code-architecture.md").read_text(encoding="utf-8")
     named = set(_CODE_PATH_RE.findall(text))

@@ -1,4 +1,4 @@
-"""The embedded engine's memory formula (lab/memory_model.py) term by term, for tiny-gpu's model
+"""The embedded engine's memory formula (lab/rules/memory_model.py) term by term, for tiny-gpu's model
 serving one rollout of 32 prompts x 8 samples of 12 + 2 tokens (the case
 tests/gpu/test_memory_estimate_gpu.py measures on the H200)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.memory_model import (
+from lab.rules.memory_model import (
     CUBLAS_WORKSPACE_BYTES,
     ENGINE_CUBLAS_STREAMS,
     GIB,

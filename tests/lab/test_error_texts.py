@@ -8,10 +8,10 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.import_script import ScriptImportError, import_script
-from lab.messages import localize_text, pydantic_text, render
-from lab.rules import ChangeError, validated
+from lab.core.change import ChangeError, validated
+from lab.core.messages import localize_text, pydantic_text, render
+from lab.rules.import_script import ScriptImportError, import_script
+from lab.web.app import create_app
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 
@@ -83,7 +83,7 @@ def test_a_pydantic_error_without_its_own_text_names_its_type_in_either_language
 
 
 def _link(envelope: dict) -> str:
-    from lab.share import _encode
+    from lab.core.share import _encode
 
     return "#s=" + _encode(envelope)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from lab.experiment import LEAF_FIELDS, Experiment, iter_field_paths
+from lab.core.experiment import LEAF_FIELDS, Experiment, iter_field_paths
 
 
 def _all_fields(model: type[BaseModel], prefix: str = ""):
@@ -30,8 +30,8 @@ def test_descriptions_are_sentences_not_placeholders():
 
 
 def test_english_field_help_is_the_field_description_and_en_json_keeps_no_copy():
-    """One source: the page's English help of a field is its description in lab/experiment.py."""
-    from lab.page import load_locale, page_locale
+    """One source: the page's English help of a field is its description in lab/core/experiment.py."""
+    from lab.web.page import load_locale, page_locale
 
     assert [p for p, f in load_locale("en")["fields"].items() if "help" in f] == []
     en = page_locale("en")["fields"]
@@ -44,7 +44,7 @@ def test_english_field_help_is_the_field_description_and_en_json_keeps_no_copy()
 def test_the_page_and_its_locale_route_show_the_description_as_help():
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     client = TestClient(create_app(), base_url="http://127.0.0.1")
     info = dict(iter_field_paths())["advanced.extra_flags"]

@@ -14,12 +14,15 @@ import typing
 
 import pytest
 
-from lab.experiment import EXTRA_FLAGS_PATH, FIELD_FLAGS, LAB_ONLY, LEAF_FIELDS, SIMPLE_FLAG, Experiment
-from lab.recipes import all_recipes
-from lab.render import render_all
-from lab.rules import ChangeError, apply_change, new_experiment, validate
-from lab.runtime_choices import advantage_estimators, kl_estimators, reward_types
-from lab.runtime_verdict import advanced_flags, judge, runtime_argv
+from lab.core.argv import runtime_argv
+from lab.core.change import ChangeError
+from lab.core.experiment import EXTRA_FLAGS_PATH, FIELD_FLAGS, LAB_ONLY, LEAF_FIELDS, SIMPLE_FLAG, Experiment
+from lab.core.recipes import all_recipes
+from lab.core.runtime_choices import advantage_estimators, kl_estimators, reward_types
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.runtime_verdict import advanced_flags, judge
+from lab.rules.validate import validate
+from lab.web.export import experiment_files
 from slime.args import MEGATRON_FLAGS, MEGATRON_PREFIXES
 from slime.dry_run import dry_run
 from slime.flags import describe
@@ -59,7 +62,7 @@ def test_simple_flag_lines_come_from_the_declarations():
             assert flag in argv, flag
         else:
             assert flag in argv and str(argv[argv.index(flag) + 1]) in (str(value), repr(value).rstrip("0").rstrip(".")), flag
-    sh = render_all(exp)["experiment.sh"]
+    sh = experiment_files(exp)["experiment.sh"]
     assert "  --partial-rollout\n" in sh and "  --over-sampling-batch-size 64\n" in sh
 
 
@@ -108,7 +111,7 @@ def _build(recipe, ownership, scheduling, toggle):
     for path, value in steps:
         exp, _ = apply_change(exp, path, value)
     if exp.serving.pd.enabled:  # PD groups that fill the rollout pool: the lab's own SGL-4 repair, as a user applies it
-        from lab.repair import propose_repairs
+        from lab.rules.repair import propose_repairs
 
         fix = next((r for r in propose_repairs(exp) if r.fixes == "SGL-4"), None)
         for path, value in (fix.values if fix else {}).items():
@@ -124,8 +127,8 @@ def test_runtime_dry_run_accepts_every_recipe_layout_and_toggle(recipe, ownershi
         pytest.skip(f"the lab refuses this combination at the field: {exc}")
     if scheduling == "async" and ownership == "colocated":
         assert exp.placement.ownership == "disaggregated"  # the lab moves async off a shared pool
-    from lab.recipes import get_recipe
-    from lab.runtime_verdict import server_groups
+    from lab.core.argv import server_groups
+    from lab.core.recipes import get_recipe
 
     result = dry_run(runtime_argv(exp), async_mode=exp.placement.scheduling == "async", environment=False,
                      groups=server_groups(exp, get_recipe(recipe)))
@@ -136,7 +139,7 @@ def test_runtime_dry_run_accepts_every_recipe_layout_and_toggle(recipe, ownershi
     pending = [e for e in result.errors if is_pending(e)]
     if pending and pending == result.errors:
         # the lab repairs a pending refusal to a layout the runtime accepts now
-        from lab.repair import propose_repairs
+        from lab.rules.repair import propose_repairs
 
         fixes = [r for r in propose_repairs(exp) if r.fixes == "RUNTIME" and r.id.startswith("MEG-")]
         assert fixes, pending
@@ -195,7 +198,7 @@ def test_an_extra_flag_missing_its_value_is_named():
 
 
 def test_extra_flags_are_private_in_share_links():
-    from lab.experiment import PRIVATE_FIELDS
+    from lab.core.experiment import PRIVATE_FIELDS
 
     assert EXTRA_FLAGS_PATH in PRIVATE_FIELDS
 
@@ -206,8 +209,8 @@ def test_extra_flags_are_private_in_share_links():
     ("qwen3.8-27b", {}),
 ])
 def test_the_pages_layout_diagram_is_the_runtimes_placement_plan(recipe, changes):
-    from lab.api_workspace import _layout
-    from lab.runtime_verdict import placement
+    from lab.render.gpu_layout import gpu_layout as _layout
+    from lab.rules.runtime_verdict import placement
 
     exp = new_experiment(recipe)
     for path, value in changes.items():

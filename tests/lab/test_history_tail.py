@@ -7,10 +7,10 @@ import random
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.history_tail import TAIL_SENT
-from lab.recipes import REPO_ROOT
-from lab.workspace import MAX_HISTORY
+from lab.core.history_tail import TAIL_SENT
+from lab.core.recipes import REPO_ROOT
+from lab.core.workspace import MAX_HISTORY
+from lab.web.app import create_app
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from lab.images import BUILD_ARG_PACKAGES, all_images
+from lab.core.images import BUILD_ARG_PACKAGES, all_images
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((ROOT / "docker").glob("*.Dockerfile"))

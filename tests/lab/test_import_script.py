@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from bench.import_roundtrip import CORPUS, GOALS, capture_train_argv, measure, summary
-from lab.import_script import ScriptImportError, _same, flag_values, import_script
-from lab.runtime_verdict import runtime_argv
+from lab.core.argv import runtime_argv
+from lab.rules.import_script import ScriptImportError, _same, flag_values, import_script
+from lab.web.export import experiment_files
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "launch_scripts"
 
@@ -81,8 +82,8 @@ def test_a_sourced_spec_equal_to_a_shipped_one_opens_its_recipe_matched_by_conte
 
 
 def test_a_spec_the_lab_does_not_ship_becomes_a_custom_model_with_its_own_dimensions():
-    from lab.derive import derive
-    from lab.memory import estimate_memory
+    from lab.rules.derive import derive
+    from lab.rules.memory import estimate_memory
 
     imported = _import("run-01-qwen3-4B.sh")
     assert imported.model == "custom"
@@ -94,7 +95,7 @@ def test_a_spec_the_lab_does_not_ship_becomes_a_custom_model_with_its_own_dimens
 
 
 def test_a_custom_moe_model_gets_the_moe_parallel_rules():
-    from lab.derive import derive
+    from lab.rules.derive import derive
 
     imported = _import("run-21-qwen3-30B-A3B.sh")
     assert imported.model == "custom" and derive(imported.b).model_kind == "moe"
@@ -102,10 +103,9 @@ def test_a_custom_moe_model_gets_the_moe_parallel_rules():
 
 
 def test_the_rendered_experiment_sh_writes_the_custom_spec_and_passes_shellcheck(tmp_path):
-    from lab.render import render_all
 
     imported = _import("run-17-kimi-like.sh")
-    sh = render_all(imported.b)["experiment.sh"]
+    sh = experiment_files(imported.b)["experiment.sh"]
     assert 'MODEL_SPEC="${CONFIG_DIR}/model-spec.sh"' in sh and "--num-experts 384" in sh
     (tmp_path / "experiment.sh").write_text(sh)
     proc = subprocess.run(["shellcheck", "-S", "warning", str(tmp_path / "experiment.sh")], capture_output=True, text=True)
@@ -157,7 +157,7 @@ def test_a_fully_async_script_imports_as_async():
 def test_the_import_opens_as_b_against_the_nearest_recipe_and_the_ab_view_lists_the_fields():
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     client = TestClient(create_app(), base_url="http://127.0.0.1")
     start = client.post("/api/workspace", json={"action": {"type": "view"}}).json()["workspace"]
@@ -215,7 +215,7 @@ def test_bad_input_gets_a_message_with_its_line(case):
 def test_the_page_answers_bad_input_with_a_4xx_naming_the_line(case):
     from fastapi.testclient import TestClient
 
-    from lab.app import create_app
+    from lab.web.app import create_app
 
     text, line, _ = BAD[case]
     client = TestClient(create_app(), base_url="http://127.0.0.1")
@@ -226,7 +226,7 @@ def test_the_page_answers_bad_input_with_a_4xx_naming_the_line(case):
 
 
 def test_cli_import_prints_b_against_a_with_the_report_and_refuses_bad_scripts(tmp_path, capsys):
-    from lab.cli import main
+    from lab.web.cli import main
 
     assert main(["import", str(CORPUS / "run-15-deepseek-v3.sh")]) == 0
     captured = capsys.readouterr()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench.lab_clean_configs import VARIANTS, blockers, configuration, count
-from lab.recipes import all_recipes
+from lab.core.recipes import all_recipes
 from tests.lab.runtime_pending import PENDING_CODES
 
 SEEDED = [r for r in all_recipes() if not r.startswith("tiny-")]

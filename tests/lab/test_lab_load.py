@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.recipes import REPO_ROOT
+from lab.core.recipes import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

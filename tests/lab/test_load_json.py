@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.experiment import Experiment
-from lab.load_json import MAX_BYTES, SCHEMA1_KEYS, LoadError, parse_document
+from lab.core.experiment import Experiment
+from lab.core.load_json import MAX_BYTES, SCHEMA1_KEYS, LoadError, parse_document
 
 FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "schema1_export.json"
 
@@ -26,7 +26,7 @@ def test_schema1_export_migrates_to_field_paths() -> None:
 
 
 def test_every_schema1_key_maps_to_a_real_field() -> None:
-    from lab.experiment import LEAF_FIELDS
+    from lab.core.experiment import LEAF_FIELDS
     assert set(SCHEMA1_KEYS.values()) <= LEAF_FIELDS
 
 

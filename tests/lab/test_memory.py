@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from lab.memory import estimate_memory
-from lab.recipes import all_recipes
-from lab.rules import apply_change, new_experiment
+from lab.core.recipes import all_recipes
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.memory import estimate_memory
 
 
 @pytest.mark.parametrize("name", list(all_recipes()))

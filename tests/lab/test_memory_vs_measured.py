@@ -1,14 +1,14 @@
 """The lab's memory estimate against the peaks measured on the H200 (bench/data/memory_measured.json,
 copied from docs/benchmarks.md): the goal of issue 12 is within 15 %. The estimate is computed
-from the model spec and the layout (lab/memory_model.py); only the measured side is recorded."""
+from the model spec and the layout (lab/rules/memory_model.py); only the measured side is recorded."""
 from __future__ import annotations
 
 import pytest
 
 from bench.compare_memory import GOAL, compare, measured_rows
-from lab.memory import estimate_memory
-from lab.memory_model import GIB, TrainLayout, embedded_engine_parts, training_parts
-from lab.rules import new_experiment
+from lab.rules.dependents import new_experiment
+from lab.rules.memory import estimate_memory
+from lab.rules.memory_model import GIB, TrainLayout, embedded_engine_parts, training_parts
 from slime.model_spec import spec_from_flags
 
 ROWS = measured_rows()
@@ -42,7 +42,7 @@ def test_every_measured_row_names_the_run_it_comes_from():
 
 def test_the_bench_comparison_uses_the_same_arithmetic_as_the_lab():
     """The lab's training phase for a recipe is training_parts over its spec and layout."""
-    from lab.derive import recipe_and_spec
+    from lab.rules.derive import recipe_and_spec
 
     exp = new_experiment("glm4-9b")
     _, spec = recipe_and_spec(exp)

@@ -10,11 +10,11 @@ import string
 import pytest
 from test_rules_findings import CASES  # the rule cases: each fires one rule
 
-from lab import messages
-from lab.experiment import set_path
-from lab.findings import Finding
-from lab.memory import EXCLUSION_IDS, EXCLUSIONS, estimate_memory
-from lab.messages import (
+from lab.core import messages
+from lab.core.change import ChangeError, validated
+from lab.core.experiment import set_path
+from lab.core.findings import Finding
+from lab.core.messages import (
     catalogue,
     localize_change,
     localize_entry,
@@ -26,8 +26,10 @@ from lab.messages import (
     placeholders,
     render,
 )
-from lab.recipes import all_recipes
-from lab.rules import ChangeError, apply_change, new_experiment, validate, validated
+from lab.core.recipes import all_recipes
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.memory import EXCLUSION_IDS, EXCLUSIONS, estimate_memory
+from lab.rules.validate import validate
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 RECIPES = list(all_recipes())
@@ -219,8 +221,8 @@ def _change_sweep():
 
 def _raw_reasons():
     """Every reason the dependency rules can write, including those whose value happens not to change."""
-    from lab import rules
-    from lab.recipes import get_recipe
+    from lab.core.recipes import get_recipe
+    from lab.rules import dependents as rules
 
     out = []
     for name in RECIPES:
@@ -258,13 +260,14 @@ def test_every_dependent_change_reason_localizes():
 
 
 def test_history_entries_localize_label_and_reasons():
-    from lab import workspace
+    from lab.core import workspace
+    from lab.rules import edit as E
 
-    ws = workspace.edit(workspace.Workspace(b=new_experiment("glm4.7")), "placement.scheduling", "async")
+    ws = E.edit(workspace.Workspace(b=new_experiment("glm4.7")), "placement.scheduling", "async")
     entry = localize_entry(ws.undo[-1], "zh")
     assert entry["label"] == "placement.scheduling" and entry["label_id"] is None  # a field path: the page names it
     assert all(CJK.search(c["reason"]) for c in entry["changes"] if c["reason"])
-    ws = workspace.reset(ws)
+    ws = E.reset(ws)
     assert (ws.undo[-1].label, ws.undo[-1].label_id) == ("reset", "label.reset")
     assert localize_entry(ws.undo[-1], "zh")["label"] == "重置"
     assert localize_entry({"undone": True, "label_id": "label.grpo", "label": "GRPO starting point", "changes": []}, "zh")["label"] == "GRPO 起点"
@@ -280,7 +283,7 @@ def test_a_text_without_a_key_is_never_matched_back_from_english():
 
 
 def test_every_repair_of_the_sweep_localizes():
-    from lab.repair import propose_repairs
+    from lab.rules.repair import propose_repairs
 
     count = 0
     for name, exp in SWEEP[:: max(1, len(SWEEP) // 120)] + [(c[0], _raw(c[1], c[2])) for c in CASES]:
@@ -326,9 +329,11 @@ def test_memory_items_and_exclusions_localize(name):
 def _api_entries():
     """History entries written by the API's own actions (labels come from the API, the share module,
     the workspace and the repairs)."""
-    from lab import share, workspace
-    from lab.api_workspace import Action, _apply
-    from lab.repair import apply_repair, propose_repairs
+    from lab.core import share, workspace
+    from lab.rules import edit as E
+    from lab.rules import open_share
+    from lab.rules.repair import apply_repair, propose_repairs
+    from lab.web.api_workspace import Action, _apply
 
     ws = workspace.Workspace(b=new_experiment("glm4-9b"))
     out = []
@@ -336,11 +341,11 @@ def _api_entries():
                    Action(type="load_json", data={"model": {"recipe": "glm4.7"}}), Action(type="reset")):
         ws = _apply(ws, action)
         out.append(ws.undo[-1])
-    ws = workspace.restore_a(workspace.edit(workspace.save_a(ws), "task.num_rollout", 9))
+    ws = workspace.restore_a(E.edit(workspace.save_a(ws), "task.num_rollout", 9))
     out.append(ws.undo[-1])
-    opened = share.open_share_link(ws, share.encode_link(new_experiment(RECIPES[-1])))
+    opened = open_share.open_share_link(ws, share.encode_link(new_experiment(RECIPES[-1])))
     out.append(opened.undo[-1])
-    ab = share.open_share_link(workspace.Workspace(), share.encode_ab_link(new_experiment("glm4-9b"), new_experiment(RECIPES[-1])))
+    ab = open_share.open_share_link(E.fresh_workspace(), share.encode_ab_link(new_experiment("glm4-9b"), new_experiment(RECIPES[-1])))
     out.append(ab.undo[-1])
     from test_import_script import FIXTURES  # launch scripts in the form users have them
 
@@ -365,7 +370,7 @@ LAYOUT_CASES = [
 
 def _emitted():
     """(key, params, English as stored, where) of every text the producers emit over all recipes."""
-    from lab.repair import propose_repairs
+    from lab.rules.repair import propose_repairs
 
     out = []
     for c in _change_sweep():

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from lab.model_spec import (
+from lab.core.model_spec import (
     MODELS_DIR,
     ModelSpecError,
     compare_with_hf_config,
     load_model_spec,
     spec_from_text,
 )
-from lab.recipes import all_recipes
+from lab.core.recipes import all_recipes
 from slime.model_spec import expand_layer_pattern
 from tests.refusal_codes import raised
 

@@ -8,8 +8,8 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.page import inline_script_hashes, page_locale, render_page
+from lab.web.app import create_app
+from lab.web.page import inline_script_hashes, page_locale, render_page
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +62,12 @@ def test_locales_are_served_by_language_and_nothing_else(client):
 
 
 def test_a_page_whose_first_answer_cannot_be_computed_is_still_served(monkeypatch):
-    import lab.api_workspace
+    import lab.web.workspace_view
 
     def broken(*args, **kwargs):
         raise RuntimeError("no view")
 
-    monkeypatch.setattr(lab.api_workspace, "view", broken)
+    monkeypatch.setattr(lab.web.workspace_view, "view", broken)
     html = render_page.__wrapped__()
     assert 'id="boot-view"' not in html and 'id="boot-locale"' in html  # the page asks the API instead
 
@@ -76,7 +76,7 @@ def test_the_controls_come_set_to_the_first_answer():
     """Every control already shows the fresh workspace's value, so the first draw sets none of them."""
     from html.parser import HTMLParser
 
-    from lab.experiment import LEAF_FIELDS
+    from lab.core.experiment import LEAF_FIELDS
 
     html = render_page()
     b = _block(html, "boot-view")["workspace"]["b"]

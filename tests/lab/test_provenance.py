@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from lab import provenance as P
-from lab.recipes import REPO_ROOT, get_recipe
-from lab.render import render_all
-from lab.rules import new_experiment
+from lab.core import provenance as P
+from lab.core.recipes import REPO_ROOT, get_recipe
+from lab.rules.dependents import new_experiment
+from lab.web.export import experiment_files
 
 pytestmark = pytest.mark.skipif(not shutil.which("git") or not shutil.which("sha256sum"), reason="needs git and sha256sum")
 
@@ -32,7 +32,7 @@ def git(cwd: Path, *args: str) -> str:
 
 @pytest.mark.parametrize("recipe", ["glm4-9b", "tiny-cpu"])
 def test_experiment_json_hashes_equal_sha256sum_of_the_files(recipe):
-    prov = json.loads(render_all(new_experiment(recipe))["experiment.json"])["provenance"]
+    prov = json.loads(experiment_files(new_experiment(recipe))["experiment.json"])["provenance"]
     assert prov["sources"]["recipe"]["path"] == f"recipes/{recipe}.yaml"
     assert prov["sources"]["model_spec"]["path"] == get_recipe(recipe).model_spec
     for name, src in prov["sources"].items():
@@ -65,8 +65,8 @@ def test_the_git_lookup_is_cached_and_a_source_edit_invalidates_it(monkeypatch, 
 
 
 SCRATCH_PARTS = ["lab", "slime", "recipes", "scripts/models", "docker", "tools/tiny"]  # the lab asks the runtime
-RENDER = ("import json, sys; from lab.render import render_all; from lab.rules import new_experiment; "
-          "f = render_all(new_experiment('glm4-9b')); "
+RENDER = ("import json, sys; from lab.web.export import experiment_files; from lab.rules.dependents import new_experiment; "
+          "f = experiment_files(new_experiment('glm4-9b')); "
           "print(json.dumps({'prov': json.loads(f['experiment.json'])['provenance'], 'head': f['experiment.sh'][:1500]}))")
 
 

@@ -10,10 +10,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from lab.recipes import all_recipes
-from lab.render import RAYJOB_YAML, render_all
-from lab.rules import apply_change, derive, new_experiment
-from lab.share import encode_link
+from lab.core.recipes import all_recipes
+from lab.core.share import encode_link
+from lab.render import RAYJOB_YAML
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.derive import derive
+from lab.web.export import experiment_files
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "docker" / "kuberay" / "rayjob-v1.schema.json").read_text())
@@ -21,7 +23,7 @@ K8S_VERSION = "1.30"
 
 
 def _docs(exp) -> list[dict]:
-    return [d for d in yaml.safe_load_all(render_all(exp)[RAYJOB_YAML]) if d]
+    return [d for d in yaml.safe_load_all(experiment_files(exp)[RAYJOB_YAML]) if d]
 
 
 def _job(exp) -> dict:
@@ -47,7 +49,7 @@ def test_every_recipe_exports_a_rayjob_that_validates(recipe):
 
 
 def test_glm47_rayjob_matches_the_placement_plan_check_prints_on_8_nodes():
-    from lab.runtime_verdict import placement
+    from lab.rules.runtime_verdict import placement
 
     exp = new_experiment("glm4.7")
     d = derive(exp)
@@ -73,7 +75,7 @@ def test_glm47_rayjob_matches_the_placement_plan_check_prints_on_8_nodes():
 
 def test_rayjob_entrypoint_runs_the_same_flags_as_experiment_sh(tmp_path):
     exp = new_experiment("glm4-9b")
-    files = render_all(exp)
+    files = experiment_files(exp)
     entry = _job(exp)["spec"]["entrypoint"]
     words = shlex.split(entry)
     assert words[:2] == ["bash", "-c"] and len(words) == 3
@@ -101,7 +103,7 @@ def test_sglang_yaml_travels_as_a_configmap_every_pod_mounts():
     exp = new_experiment("glm4.7-flash")
     exp = apply_change(exp, "serving.pd.enabled", True)[0]
     docs = _docs(exp)
-    sh = render_all(exp)["experiment.sh"]
+    sh = experiment_files(exp)["experiment.sh"]
     if "SLIME_LAB_SGLANG_YAML" not in sh:
         pytest.skip("this configuration embeds no sglang.yaml")
     cm = next(d for d in docs if d["kind"] == "ConfigMap")
@@ -118,7 +120,7 @@ def test_sglang_yaml_travels_as_a_configmap_every_pod_mounts():
 def test_private_paths_stay_out_of_share_links_but_reach_rayjob():
     exp = new_experiment("glm4-9b")
     exp = apply_change(exp, "paths.hf_checkpoint", "/secret/MARK-hf")[0]
-    assert "/secret/MARK-hf" in render_all(exp)[RAYJOB_YAML]
+    assert "/secret/MARK-hf" in experiment_files(exp)[RAYJOB_YAML]
     assert "MARK-hf" not in encode_link(exp)
 
 

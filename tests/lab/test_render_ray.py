@@ -19,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.recipes import REPO_ROOT, get_recipe
-from lab.render import render_all, write_files
-from lab.rules import new_experiment
+from lab.core.recipes import REPO_ROOT, get_recipe
+from lab.render import write_files
+from lab.rules.dependents import new_experiment
+from lab.web.export import experiment_files
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -113,7 +114,7 @@ def test_rendered_train_submits_a_job_to_a_real_ray_head_with_token_auth(ray_hea
 
     exp = new_experiment("tiny-cpu")
     repo = tmp_path / "repo"
-    write_files(render_all(exp), repo)
+    write_files(experiment_files(exp), repo)
     spec = get_recipe("tiny-cpu").model_spec
     (repo / spec).parent.mkdir(parents=True)
     (repo / spec).write_text((REPO_ROOT / spec).read_text())
@@ -140,7 +141,7 @@ def test_train_run_before_the_head_is_up_waits_for_it_and_then_submits(tmp_path)
         env.pop(key, None)
     gcs, dash, client, agent_http, agent_grpc, metrics, rtenv, nm, om = free_ports(9)
     repo = tmp_path / "repo"
-    write_files(render_all(new_experiment("tiny-cpu")), repo)
+    write_files(experiment_files(new_experiment("tiny-cpu")), repo)
     spec = get_recipe("tiny-cpu").model_spec
     (repo / spec).parent.mkdir(parents=True)
     (repo / spec).write_text((REPO_ROOT / spec).read_text())

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import pytest
 
-from lab import workspace as W
-from lab.experiment import PRIVATE_FIELDS, set_path
-from lab.recipes import all_recipes, get_recipe
-from lab.repair import apply_repair, propose_repairs
-from lab.rules import ChangeError, apply_change, new_experiment, validate, validated
+from lab.core import workspace as W
+from lab.core.change import ChangeError, validated
+from lab.core.experiment import PRIVATE_FIELDS, set_path
+from lab.core.recipes import all_recipes, get_recipe
+from lab.rules import edit as E
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.repair import apply_repair, propose_repairs
+from lab.rules.validate import validate
 from tests.lab.runtime_pending import without_pending
 
 
@@ -47,7 +50,7 @@ def test_every_pd_repair_fixes_its_finding_and_invents_no_machine_field(recipe):
         exp = _exp(recipe, serving__pd__enabled=True, serving__pd__decode_engines=decode)
         for r in propose_repairs(exp):
             assert not PRIVATE_FIELDS & set(r.values), r.id
-            after = W.edit_many(W.Workspace(b=exp), r.values, r.title).b
+            after = E.edit_many(W.Workspace(b=exp), r.values, r.title).b
             assert r.finding not in validate(after), r.id
             if r.fixes == "SGL-4":
                 assert after.serving.pd.rdma_devices == [] and any(q.key == "rdma_devices" for q in r.requires)
@@ -82,7 +85,7 @@ def test_staleness_from_several_steps_per_rollout_is_repaired_with_one_step_and_
     exp, _ = apply_change(exp, "task.num_steps_per_rollout", 2)
     r = _by_id(exp)["LAB-ASY-STEPS:async_one_step_tis"]
     assert r.values == {"task.num_steps_per_rollout": 1, "corrections.tis": True}
-    assert "LAB-ASY-STEPS" not in {f.id for f in validate(W.edit_many(W.Workspace(b=exp), r.values, r.title).b)}
+    assert "LAB-ASY-STEPS" not in {f.id for f in validate(E.edit_many(W.Workspace(b=exp), r.values, r.title).b)}
 
 
 def test_apply_repair_is_one_undo_step_and_a_stays_fixed():
@@ -113,8 +116,8 @@ def test_repair_ids_are_unique_and_stable():
 
 
 def _fits_and_is_accepted(exp) -> None:
-    from lab.memory import estimate_memory
-    from lab.runtime_verdict import judge
+    from lab.rules.memory import estimate_memory
+    from lab.rules.runtime_verdict import judge
 
     assert judge(exp).errors == []
     assert estimate_memory(exp).training.fits is not False
@@ -168,7 +171,7 @@ def test_without_a_fitting_layout_the_memory_warning_says_so_and_offers_no_layou
 def test_the_layout_search_follows_the_runtime_verdict(monkeypatch):
     """Stand-in: the runtime's Megatron capability check is wrapped to refuse TP > 1 as the Ray loop
     once did (it accepts TP now); the lab must then propose no TP > 1, with no lab rule changed."""
-    from lab import memory_fit, runtime_verdict
+    from lab.rules import memory_fit, runtime_verdict
     from slime.backends.megatron import capabilities
     from slime.refusals import Refusal
 
@@ -199,7 +202,7 @@ def test_the_layout_search_follows_the_runtime_verdict(monkeypatch):
     ("glm4.7", {"rollout.over_sampling_batch_size": 64}, "BAT-7:over_sampling_2x"),  # below its batch of 128
 ])
 def test_a_refused_variant_repairs_to_what_the_runtime_accepts(recipe, values, repair_id):
-    from lab.runtime_verdict import judge
+    from lab.rules.runtime_verdict import judge
 
     exp = new_experiment(recipe)
     for path, value in values.items():

@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from lab.experiment import PRIVATE_FIELDS, Experiment
-from lab.recipes import all_recipes, get_recipe
-from lab.rules import ChangeError, apply_change, derive, new_experiment, validate
+from lab.core.change import ChangeError
+from lab.core.experiment import PRIVATE_FIELDS, Experiment
+from lab.core.recipes import all_recipes, get_recipe
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.derive import derive
+from lab.rules.validate import validate
 from tests.lab.runtime_pending import without_pending
 
 RECIPES = list(all_recipes())

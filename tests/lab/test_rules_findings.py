@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from lab.experiment import set_path
-from lab.recipes import all_recipes
-from lab.rules import derive, new_experiment, validate, validated
+from lab.core.change import validated
+from lab.core.experiment import set_path
+from lab.core.recipes import all_recipes
+from lab.rules.dependents import new_experiment
+from lab.rules.derive import derive
+from lab.rules.validate import validate
 from tests.lab.runtime_pending import pending
 
 HOPPER = "slimerl/slime:0.1.0-cu130-hopper"
@@ -188,7 +191,7 @@ def test_findings_are_sorted_errors_first():
 
 
 def test_every_finding_names_known_fields():
-    from lab.experiment import LEAF_FIELDS
+    from lab.core.experiment import LEAF_FIELDS
 
     for case in CASES:
         exp = raw(case[1], **{k.replace(".", "__"): v for k, v in case[2].items()})

@@ -1,8 +1,8 @@
 """docker/images.yaml: the known images, and the default one present."""
 from __future__ import annotations
 
-from lab.experiment import Experiment
-from lab.images import all_images, get_image
+from lab.core.experiment import Experiment
+from lab.core.images import all_images, get_image
 
 
 def test_default_image_is_known():

@@ -1,10 +1,13 @@
 """Repair previews: shown before applying; one repair = one undoable entry."""
 from __future__ import annotations
 
-from lab import workspace as W
-from lab.experiment import set_path
-from lab.repair import propose_repairs
-from lab.rules import new_experiment, validate, validated
+from lab.core import workspace as W
+from lab.core.change import validated
+from lab.core.experiment import set_path
+from lab.rules import edit as E
+from lab.rules.dependents import new_experiment
+from lab.rules.repair import propose_repairs
+from lab.rules.validate import validate
 from tests.lab.runtime_pending import without_pending
 
 
@@ -30,7 +33,7 @@ def test_pd_repair_preview_lists_changes_allocation_and_remaining_errors():
 def test_applying_a_repair_is_one_entry_and_undo_restores_all_its_fields():
     exp = _pd_short()
     grow = [r for r in propose_repairs(exp) if r.fixes == "SGL-4"][1]
-    ws = W.edit_many(W.Workspace(b=exp), grow.values, grow.title)
+    ws = E.edit_many(W.Workspace(b=exp), grow.values, grow.title)
     assert len(ws.undo) == 1 and not [f for f in validate(ws.b) if f.id == "SGL-4"]
     assert W.undo(ws).b == exp
 

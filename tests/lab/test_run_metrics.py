@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.body import MAX_BODY_BYTES, RUN_METRICS_MAX_BYTES
+from lab.web.app import create_app
+from lab.web.body import MAX_BODY_BYTES, RUN_METRICS_MAX_BYTES
 from slime.timeline import PHASES, run_summary
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run_metrics" / "metrics.jsonl"

@@ -10,9 +10,10 @@ import re
 
 import pytest
 
-from lab.messages import LANGS, LOCALE_DIR, catalogue, localize_finding, localize_text, placeholders
-from lab.rules import apply_change, new_experiment, validate
-from lab.runtime_verdict import RUNTIME_KEY, runtime_finding
+from lab.core.messages import LANGS, LOCALE_DIR, catalogue, localize_finding, localize_text, placeholders
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.runtime_verdict import RUNTIME_KEY, runtime_finding
+from lab.rules.validate import validate
 from slime.dry_run import dry_run
 from slime.refusals import CATALOGUE_DIR, LANG_ENV, Refusal, all_codes
 from slime.refusals import catalogue as runtime_catalogue

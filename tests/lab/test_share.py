@@ -7,19 +7,14 @@ import zlib
 
 import pytest
 
-from lab import workspace as W
-from lab.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment, get_path, set_path
-from lab.rules import new_experiment, validated
-from lab.share import (
-    ShareError,
-    decode_ab_link,
-    decode_link,
-    encode_ab_link,
-    encode_link,
-    open_share_link,
-    share_payload,
-)
-from lab.workspace import flatten_choices
+from lab.core import workspace as W
+from lab.core.change import validated
+from lab.core.experiment import LEAF_FIELDS, PRIVATE_FIELDS, Experiment, get_path, set_path
+from lab.core.share import ShareError, decode_ab_link, decode_link, encode_ab_link, encode_link, share_payload
+from lab.core.workspace import flatten_choices
+from lab.rules import edit as E
+from lab.rules.dependents import new_experiment
+from lab.rules.open_share import open_share_link
 
 
 def marked(recipe="glm4.7") -> Experiment:
@@ -68,8 +63,8 @@ def test_link_is_a_url_fragment_on_the_base():
 
 
 def test_opening_a_link_reproduces_the_choices_and_keeps_my_paths():
-    src = W.edit(W.Workspace(b=new_experiment("qwen3.8-27b")), "placement.scheduling", "async").b
-    mine = W.edit(W.Workspace(), "paths.save", "/my/ckpt")
+    src = E.edit(W.Workspace(b=new_experiment("qwen3.8-27b")), "placement.scheduling", "async").b
+    mine = E.edit(E.fresh_workspace(), "paths.save", "/my/ckpt")
     opened = open_share_link(mine, encode_link(src))
     assert share_payload(opened.b) == share_payload(src)
     assert opened.b.paths.save == "/my/ckpt"
@@ -78,7 +73,7 @@ def test_opening_a_link_reproduces_the_choices_and_keeps_my_paths():
 
 
 def test_opening_an_ab_link_sets_a_and_b_keeping_my_paths():
-    mine = W.edit(W.Workspace(), "paths.save", "/my/ckpt")
+    mine = E.edit(E.fresh_workspace(), "paths.save", "/my/ckpt")
     opened = open_share_link(mine, encode_ab_link(new_experiment("glm4.7"), new_experiment("deepseek-r1")))
     assert opened.a.model.recipe == "glm4.7" and opened.b.model.recipe == "deepseek-r1"
     assert opened.a.paths.save == opened.b.paths.save == "/my/ckpt"

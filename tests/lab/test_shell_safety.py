@@ -7,10 +7,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from lab.experiment import PRIVATE_FIELDS, Experiment, set_path
-from lab.recipes import REPO_ROOT
-from lab.render import render_all, write_files
-from lab.rules import new_experiment
+from lab.core.experiment import PRIVATE_FIELDS, Experiment, set_path
+from lab.core.recipes import REPO_ROOT
+from lab.render import write_files
+from lab.rules.dependents import new_experiment
+from lab.web.export import experiment_files
 
 EVIL = "/tmp/a b/it's \"q\"/$(touch PWNED)/`touch PWNED`/;rm -rf x/$HOME/*"
 EVIL_HOOK = "evil$(touch PWNED).m`touch PWNED`;rm -rf x $HOME *.fn"
@@ -58,7 +59,7 @@ def assert_no_pwned(root: Path) -> None:
 
 def render_into(tmp_path: Path, exp: Experiment) -> Path:
     d = tmp_path / "repo"
-    write_files(render_all(exp), d)
+    write_files(experiment_files(exp), d)
     return d / "experiment.sh"
 
 
@@ -101,7 +102,7 @@ def test_train_passes_hostile_values_as_single_arguments(tmp_path):
     script = render_into(tmp_path, scenario("external"))
     (script.parent / "scripts" / "models").mkdir(parents=True)
     spec = new_experiment("deepseek-r1")
-    from lab.recipes import get_recipe
+    from lab.core.recipes import get_recipe
 
     rel = get_recipe(spec.model.recipe).model_spec
     (script.parent / rel).write_text((REPO_ROOT / rel).read_text())

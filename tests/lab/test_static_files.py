@@ -1,4 +1,4 @@
-"""lab/static/ is served from memory (lab/static_files.py): gzipped, revalidated by ETag, never stale
+"""lab/static/ is served from memory (lab/web/static_files.py): gzipped, revalidated by ETag, never stale
 after an edit, and nothing outside the folder or hidden in it is reachable."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.app import create_app
-from lab.static_files import STATIC_DIR, StaticFiles, etag_matches
+from lab.web.app import create_app
+from lab.web.static_files import STATIC_DIR, StaticFiles, etag_matches
 
 
 @pytest.fixture(scope="module")

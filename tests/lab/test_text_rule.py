@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from lab.text_rule import FORBIDDEN_CHARS, TextRuleError, check_text
+from lab.core.text_rule import FORBIDDEN_CHARS, TextRuleError, check_text
 
 
 def _reference(text: str, allow_dash: bool) -> str | None:

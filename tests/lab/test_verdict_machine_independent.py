@@ -1,5 +1,5 @@
 """One verdict everywhere: the lab's verdict (runtime validate(environment=False) through
-lab/runtime_verdict.py) never depends on what the lab's own machine has installed.
+lab/rules/runtime_verdict.py) never depends on what the lab's own machine has installed.
 
 Both sides run in a fresh subprocess. In one, mooncake and sglang_router import as installed (CI
 has both). In the other, an import blocker on sys.meta_path -- a stand-in for a laptop without
@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from lab.recipes import REPO_ROOT, all_recipes
+from lab.core.recipes import REPO_ROOT, all_recipes
 from tests.refusal_codes import codes
 
 BLOCKED = ("mooncake", "sglang_router")
@@ -46,8 +46,9 @@ if sys.argv[1] == "blocked":
 
 import importlib.util
 
-from lab.recipes import all_recipes
-from lab.rules import apply_change, new_experiment, validate
+from lab.core.recipes import all_recipes
+from lab.rules.dependents import apply_change, new_experiment
+from lab.rules.validate import validate
 
 installed = {m: importlib.util.find_spec(m) is not None for m in BLOCKED}
 out = {}

@@ -94,7 +94,7 @@ def test_cluster_sizes_beyond_the_runtime_limits_are_refused_naming_the_flag():
 
 
 def test_the_lab_bounds_nodes_and_gpus_by_the_runtime_limits():
-    from lab.experiment import Experiment
+    from lab.core.experiment import Experiment
     from slime import limits
 
     fields = Experiment.model_fields["placement"].annotation.model_fields

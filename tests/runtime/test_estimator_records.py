@@ -43,7 +43,7 @@ def _choices(flag: str) -> tuple[str, ...]:
 
 
 def test_the_flag_and_the_lab_offer_exactly_the_records():
-    from lab.runtime_choices import advantage_estimators
+    from lab.core.runtime_choices import advantage_estimators
 
     assert _choices("--advantage-estimator") == NAMES == advantage_estimators()
     assert all(estimators.get(name).name == name for name in NAMES)
@@ -157,7 +157,7 @@ def new_entry(monkeypatch):
 
 def test_a_new_estimator_is_one_entry(new_entry):
     pytest.importorskip("torch")
-    from lab.runtime_choices import advantage_estimators
+    from lab.core.runtime_choices import advantage_estimators
     from slime.ray.runtime import trainer_bundle_share
     from slime.training.loss import from_runtime
 

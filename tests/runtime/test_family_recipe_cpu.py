@@ -40,6 +40,6 @@ def test_family_recipe_goes_around_the_loop_on_cpu(family, tmp_path):
         res = run_recipe(FAMILY_RECIPES[family], repo, head, SMALL_BATCH)
     print("[family-loop]", json.dumps(summary(res)), flush=True)
     assert not loop_problems(res), loop_problems(res)
-    from lab.recipes import get_recipe
+    from lab.core.recipes import get_recipe
 
     assert f"--family {get_recipe(FAMILY_RECIPES[family]).family}" in (repo / "experiment.sh").read_text()

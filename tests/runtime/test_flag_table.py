@@ -144,7 +144,7 @@ def test_the_public_description_is_plain_records_of_every_flag():
 
 
 def test_the_lab_reads_the_description_not_argparse():
-    from lab.runtime_choices import advantage_estimators, flag_choices, kl_estimators
+    from lab.core.runtime_choices import advantage_estimators, flag_choices, kl_estimators
 
     assert kl_estimators() == KL_TYPES
     assert advantage_estimators() == BY_NAME["--advantage-estimator"].choice_list()

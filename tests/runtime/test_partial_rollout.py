@@ -248,15 +248,16 @@ def test_invalid_combinations_are_refused_with_their_flags(tiny, tmp_path):
 
 
 def test_lab_rendered_moe_experiment_with_partial_rollout_r3_and_queue_parses(tmp_path):
-    from lab.render import render_all, write_files
-    from lab.rules import apply_change, new_experiment
+    from lab.render import write_files
+    from lab.rules.dependents import apply_change, new_experiment
+    from lab.web.export import experiment_files
 
     exp = new_experiment("glm4.7-flash")
     for path, value in {"rollout.partial_rollout": True, "rollout.over_sampling_batch_size": 64,
                         "corrections.r3": True, "rollout.queue": True,
                         "rollout.queue_state_dir": "/tmp/straw"}.items():
         exp, _ = apply_change(exp, path, value)
-    write_files(render_all(exp), tmp_path)
+    write_files(experiment_files(exp), tmp_path)
     body = (tmp_path / "experiment.sh").read_text().rstrip()
     lib = tmp_path / "lib.sh"
     lib.write_text(body[: -len('main "$@"')])

@@ -229,9 +229,10 @@ def test_train_async_with_two_producers_loses_and_duplicates_nothing_when_one_is
 # -- the lab: one field, exported as the flag, judged by the runtime --------------------------------
 
 def test_the_lab_exports_the_producer_count_and_shows_the_runtimes_verdict_and_plan():
-    from lab.applicability import folded_fields
-    from lab.rules import apply_change, new_experiment
-    from lab.runtime_verdict import placement, runtime_argv, runtime_findings
+    from lab.core.argv import runtime_argv
+    from lab.rules.applicability import folded_fields
+    from lab.rules.dependents import apply_change, new_experiment
+    from lab.rules.runtime_verdict import placement, runtime_findings
 
     exp = new_experiment("glm4-9b")
     assert "rollout.producers" in folded_fields(exp, None)  # no straw + fully async: nothing to set

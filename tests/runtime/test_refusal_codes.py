@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from lab.messages import localize_finding
-from lab.runtime_verdict import runtime_finding
+from lab.core.messages import localize_finding
+from lab.rules.runtime_verdict import runtime_finding
 from slime.dry_run import dry_run
 from slime.model_spec import ConfigMismatchError, check_config_file, spec_from_text
 

@@ -1,0 +1,1 @@
+"""The lab's web layer: routes, views and the slime-lab command. Imports every layer below."""
