@@ -20,9 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab import rules  # noqa: E402
 from lab.core.recipes import all_recipes  # noqa: E402
-from lab.web.export import experiment_files
+from lab.rules.dependents import new_experiment  # noqa: E402
+from lab.rules.derive import derive  # noqa: E402
+from lab.rules.validate import validate  # noqa: E402
+from lab.web.export import experiment_files  # noqa: E402
 
 GOAL_P95_MS = 10.0
 
@@ -37,13 +39,13 @@ def percentile(values: list[float], q: float) -> float:
 def bench(iterations: int) -> dict:
     results = {}
     for name in all_recipes():
-        exp = rules.new_experiment(name)
+        exp = new_experiment(name)
         experiment_files(exp)  # warm-up
         times, cpu = [], []
         for _ in range(iterations):
             t0, c0 = time.perf_counter(), time.process_time()
-            rules.validate(exp)
-            rules.derive(exp)
+            validate(exp)
+            derive(exp)
             experiment_files(exp)  # validates and derives again for experiment.json: the real cost of a download
             times.append((time.perf_counter() - t0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
