@@ -33,11 +33,10 @@ def _worker(rank: int, world: int, port: int, spec: str, hf: str, layout: dict, 
                       LOCAL_RANK="0")
     try:
         torch.set_num_threads(1)
-        from tests.runtime.test_megatron_parallel_cpu import _records
-
         from slime.backends.megatron.trainer import MegatronTrainer
         from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
         from slime.model_spec import load_flags
+        from tests.runtime.test_megatron_parallel_cpu import _records
 
         flags = {**load_flags(spec), **{k: str(v) for k, v in layout.items()}}
         tr = MegatronTrainer(flags, ModelConfig(hf_checkpoint=hf), OptimConfig(lr=1e-3, weight_decay=0.0),
