@@ -2,7 +2,10 @@
 megatron-core's ``SequentialMLP`` computes, on the CPU in float32: the same weights (the grouped
 module *is* a SequentialMLP, so it is loaded with its state dict), the same routed tokens (sorted
 by expert, uneven counts, one expert with none), the same output and the same gradient of every
-parameter and of the input, within 1e-6.
+parameter and of the input, within 1e-6 (bitwise where ``torch._grouped_mm`` runs, weight gradients
+included: the CPU kernel computes each expert's ``dy_e.T @ x_e`` as megatron's linear does). And the
+memory property: autograd keeps no stacked copy of the expert weights from forward to backward,
+only what SequentialMLP keeps (``saved_tensors_hooks``).
 
 Real parts only: megatron-core's SequentialMLP / MLP / Column- and RowParallelLinear on a one-rank
 gloo group; ``torch._grouped_mm`` where the shapes are 16-byte aligned, and the batched stand-in
@@ -97,8 +100,13 @@ def test_grouped_experts_equal_sequential_mlp_output_and_gradients(one_rank_grou
     calls = []
     real = torch._grouped_mm
     monkeypatch.setattr(torch, "_grouped_mm", lambda *a, **k: calls.append(1) or real(*a, **k))
-    _compare(_config(64, 32, bias_activation_fusion=fused), one_rank_group, 64)
-    assert len(calls) == 2  # fc1 and fc2, once each for all experts: torch._grouped_mm ran
+    diffs = _compare(_config(64, 32, bias_activation_fusion=fused), one_rank_group, 64)
+    # bitwise: per expert, the CPU _grouped_mm runs the very matmuls megatron's linear runs (forward
+    # x_e @ w_e.T, input grad dy_e @ w_e, weight grad dy_e.T @ x_e), in the same order
+    assert diffs == {"out": 0.0, "dx": 0.0, "grads": 0.0}, diffs
+    # fc1 and fc2 once each for all experts in the forward; in the backward each takes one for the input
+    # gradient and one (K-grouped) for all its experts' weight gradients
+    assert len(calls) == 2 + 2 * 2
     assert ge.torch_grouped_mm_usable(torch.zeros(4, 64), torch.zeros(5, 64, 64))
 
 
@@ -122,6 +130,9 @@ def test_all_tokens_on_one_expert_and_no_tokens_at_all(one_rank_group):
     x = torch.zeros(0, 64, requires_grad=True)
     out, _ = grp(x, torch.zeros(len(COUNTS), dtype=torch.int64), torch.zeros(0))
     assert out.shape == (0, 64)
+    out.sum().backward()  # no rows: an empty input gradient, zero weight gradients
+    assert x.grad is not None and x.grad.shape == (0, 64)
+    assert all(p.grad is not None and not p.grad.any() for p in grp.parameters())
 
 
 def test_the_spec_swap_touches_only_the_moe_layers_experts():
@@ -136,3 +147,52 @@ def test_the_spec_swap_touches_only_the_moe_layers_experts():
     sub = moe.submodules.mlp.keywords["submodules"]
     assert sub.experts.func is GroupedSequentialMLP and sub.shared_experts is shared
     assert use_grouped_experts([moe]) == 0
+
+
+def _saved_for_backward(module, x, counts, probs):
+    """What autograd keeps from one forward of ``module``: every tensor packed for backward (through
+    ``saved_tensors_hooks``), and the bytes of the distinct storages among them that neither are the
+    module's parameters nor the forward's own inputs (both live anyway): what the forward holds until
+    backward."""
+    x = x.clone().requires_grad_(True)
+    alive = {t.untyped_storage().data_ptr() for t in (*module.parameters(), x, counts, probs)}
+    saved: list[torch.Tensor] = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out, _ = module(x, counts, probs)
+    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in saved
+            if t.untyped_storage().data_ptr() not in alive}
+    out.sum().backward()  # and those saved tensors are all the backward needs
+    return saved, sum(held.values())
+
+
+@pytest.mark.parametrize("hidden,ffn", [(64, 32), (6, 5)], ids=["grouped-mm", "batched-stand-in"])
+def test_grouped_experts_keep_no_stacked_weight_copy_for_backward(one_rank_group, hidden, ffn):
+    """The forward stacks the experts' weights for the grouped matmul, but autograd must not keep
+    that ``[E, out, in]`` copy until backward (one per MoE layer: tens of GB for a GLM-4.7-class
+    model): it keeps what SequentialMLP keeps, the activations and the parameters themselves."""
+    seq, grp = _pair(_config(hidden, ffn), one_rank_group)
+    g = torch.Generator().manual_seed(3)
+    t, n_exp = sum(COUNTS), len(COUNTS)
+    x, probs = torch.randn(t, hidden, generator=g), torch.rand(t, generator=g)
+    c = torch.tensor(COUNTS, dtype=torch.int64)
+    seq_saved, seq_bytes = _saved_for_backward(seq, x, c, probs)
+    grp_saved, grp_bytes = _saved_for_backward(grp, x, c, probs)
+    print("[saved-for-backward]", json.dumps({"sequential_bytes": seq_bytes, "grouped_bytes": grp_bytes,
+                                               "grouped_shapes": sorted({tuple(s.shape) for s in grp_saved})}),
+          flush=True)
+
+    params = {p.untyped_storage().data_ptr() for p in grp.parameters()}
+    kept = [s for s in grp_saved if s.untyped_storage().data_ptr() not in params]
+    # Besides the parameters (by reference, as each expert's linear keeps its weight), only rows of
+    # the tokens ([T, ...]: input, fc1 output, activation) and the [E] counts / int32 offsets.
+    odd = [tuple(s.shape) for s in kept if not (s.dim() >= 1 and s.shape[0] == t) and tuple(s.shape) != (n_exp,)]
+    assert not odd, f"autograd keeps something else than activations and parameters: {odd}"
+    assert params <= {s.untyped_storage().data_ptr() for s in grp_saved}
+    # No more than SequentialMLP holds, but for the int32 offsets ([E], shared by fc1 and fc2):
+    # SequentialMLP keeps its counts as Python ints (tokens_per_expert.tolist()).
+    assert grp_bytes <= seq_bytes + 4 * n_exp, (grp_bytes, seq_bytes)
