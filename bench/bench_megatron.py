@@ -11,6 +11,14 @@ FLOPs per step (reported as model TFLOP/s; no recomputation is counted):
 MFU is that over the bf16 dense peak measured on the machine (--peak-tflops, default 790).
 
     python bench/bench_megatron.py --shape llama3.2-3b --steps 4 --json out.json
+
+MoE shapes: ``--moe-experts`` picks the routed experts' module: ``grouped`` (``--moe-grouped-gemm``:
+slime's torch._grouped_mm experts, slime/backends/megatron/grouped_experts.py), ``sequential``
+(megatron-core's SequentialMLP, one GEMM per expert), ``spec`` (as the model spec says; the
+GLM-4.7 spec sets --moe-grouped-gemm), or ``both``: one run of each in its own process, then a
+comparison line (tokens/s and MFU of each)::
+
+    python bench/bench_megatron.py --shape glm4.7-flash-6l --moe-experts both --json moe.json
 """
 
 from __future__ import annotations
@@ -19,7 +27,9 @@ import argparse
 import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -96,7 +106,11 @@ def main(argv=None) -> int:
     ap.add_argument("--recompute", default=None, choices=[None, "full", "selective"])
     ap.add_argument("--peak-tflops", type=float, default=790.0)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--moe-experts", default="spec", choices=["spec", "grouped", "sequential", "both"],
+                    help="MoE shapes: the experts' module (module docstring)")
     a = ap.parse_args(argv)
+    if a.moe_experts == "both":
+        return compare_experts(sys.argv[1:] if argv is None else list(argv), a.json)
 
     import torch
 
@@ -106,6 +120,8 @@ def main(argv=None) -> int:
 
     moe = a.shape in MOE_SHAPES
     flags = moe_flags_for(a.shape) if moe else flags_for(a.shape)
+    if moe and a.moe_experts != "spec":
+        flags["moe_grouped_gemm"] = a.moe_experts == "grouped"
     if a.recompute:
         flags.update(recompute_granularity=a.recompute, recompute_num_layers=1)
     seqs_per_pack = max(1, a.pack_tokens // a.seq_len)
@@ -158,6 +174,10 @@ def main(argv=None) -> int:
            "peak_tflops_assumed": a.peak_tflops, "peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1),
            "build_s": round(build_s, 1), "pg_loss": m.get("train/pg_loss"), "grad_norm": m.get("train/grad_norm"),
            "gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    if moe:
+        from slime.model_spec import flag_bool
+
+        res["moe_experts"] = "grouped" if flag_bool(flags, "moe_grouped_gemm") else "sequential"
     try:
         import megatron.core
 
@@ -167,6 +187,42 @@ def main(argv=None) -> int:
     print(json.dumps(res), flush=True)
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1))
+    return 0
+
+
+def _without(argv: list[str], *opts: str) -> list[str]:
+    """argv less the given options and their values (``--opt v`` or ``--opt=v``)."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in opts:
+            skip = True
+        elif not any(x.startswith(o + "=") for o in opts):
+            out.append(x)
+    return out
+
+
+def compare_experts(argv: list[str], json_out: str | None) -> int:
+    """``--moe-experts both``: SequentialMLP, then the grouped experts, each in its own process
+    (one model on the GPU at a time); prints each run's line, then tokens/s and MFU side by side."""
+    base = _without(argv, "--moe-experts", "--json")
+    runs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("sequential", "grouped"):
+            path = Path(tmp) / f"{mode}.json"
+            rc = subprocess.call([sys.executable, str(Path(__file__).resolve()), *base, "--moe-experts", mode,
+                                  "--json", str(path)])
+            if rc != 0:
+                print(f"the {mode} run failed (exit {rc})", file=sys.stderr)
+                return rc
+            runs[mode] = json.loads(path.read_text())
+    cmp = {mode: {k: r[k] for k in ("tokens_per_s", "mfu_vs_peak", "step_s_median", "peak_mem_gib")}
+           for mode, r in runs.items()}
+    cmp["grouped_speedup"] = round(runs["grouped"]["tokens_per_s"] / runs["sequential"]["tokens_per_s"], 3)
+    print(json.dumps({"moe_experts_comparison": cmp}), flush=True)
+    if json_out:
+        Path(json_out).write_text(json.dumps({"runs": runs, "comparison": cmp}, indent=1))
     return 0
 
 

@@ -42,8 +42,9 @@ _RECIPES = "tests/gpu/test_family_recipes_gpu.py"
 _RB = _B  # family-recipes-b: the same three families, one recipe each
 PARTS: tuple[Part, ...] = (
     Part("megatron-core", "tiny Qwen2: round trip, refusal, forward vs HF, GRPO step + sync, resume, CPU Adam, SC; "
-         "packing 1/2/4/8 micro-batches",
-         ("tests/gpu/test_megatron_gpu.py", "tests/gpu/test_megatron_packing.py"), 360),
+         "packing 1/2/4/8 micro-batches; grouped-GEMM experts vs SequentialMLP in bf16",
+         ("tests/gpu/test_megatron_gpu.py", "tests/gpu/test_megatron_packing.py",
+          "tests/gpu/test_grouped_experts_gpu.py"), 390),
     Part("families-a", "glm4, glm4_moe, glm4_moe_lite: round trip, forward vs HF, GRPO step-1 KL 0",
          (_FAM, "-k", f"not ({_B})"), 300),
     Part("families-b", "deepseek_v3, glm_moe_dsa, qwen3_5: round trip, forward vs HF, GRPO step-1 KL 0",

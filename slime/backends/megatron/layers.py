@@ -14,6 +14,9 @@
   linears; the (1+w) RMSNorm of these checkpoints is :class:`OnePlusRMSNorm` (megatron-core's
   local norm refuses ``layernorm_zero_centered_gamma``), and the GDN output norm keeps a plain
   weight (:class:`GatedOutputRMSNorm`), as the checkpoint's does;
+- MoE with ``--moe-grouped-gemm``: the routed experts run as grouped GEMMs
+  (grouped_experts.GroupedSequentialMLP, PyTorch's ``torch._grouped_mm``; megatron-core's own
+  grouped experts need Transformer Engine), same parameters as ``SequentialMLP``;
 - sequence parallel: megatron-core's local norm (``WrappedTorchNorm``) refuses it, so every norm
   of the local spec is :class:`SPNorm` (the same torch RMSNorm/LayerNorm, its weights marked
   ``sequence_parallel`` so megatron-core sums their gradients over TP);
@@ -377,6 +380,10 @@ def decoder_block_spec(flags: Mapping[str, Any], config, core_attention=None, vp
             spec.submodules.self_attention.submodules.core_attention = core_attention
         if flag_bool(flags, "post_self_attn_layernorm") or flag_bool(flags, "post_mlp_layernorm"):
             _sandwich(spec)
+    if flag_bool(flags, "moe_grouped_gemm"):  # grouped GEMMs without Transformer Engine
+        from slime.backends.megatron.grouped_experts import use_grouped_experts
+
+        use_grouped_experts(block.layer_specs)
     return block
 
 

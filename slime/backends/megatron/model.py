@@ -26,6 +26,7 @@ from slime.backends.megatron.model_args import (
     parallel_kwargs,
     transformer_config_kwargs,
 )
+from slime.model_spec import flag_bool
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -123,6 +124,10 @@ def layer_spec(flags: Mapping[str, Any], attention: str = "sdpa", config=None, v
 
         return decoder_block_spec(flags, config, core, vp_stage)
     spec = get_gpt_layer_local_spec(**layer_spec_kwargs(flags))
+    if flag_bool(flags, "moe_grouped_gemm"):
+        from slime.backends.megatron.grouped_experts import use_grouped_experts
+
+        use_grouped_experts([spec])
     if core is not None:
         spec.submodules.self_attention.submodules.core_attention = core
     return spec
