@@ -19,7 +19,7 @@ import typing
 from functools import lru_cache
 from typing import Any, Callable, NoReturn, Sequence
 
-from slime import estimators
+from slime import estimators, parallel_sizes
 from slime.backends.registry import backend_capability_errors, model_flag_errors
 from slime.config import Config
 from slime.flags import FLAGS, ROUTER_POLICIES, describe
@@ -250,13 +250,13 @@ def data_parallel_size(cfg: Config) -> int:
     ranks = cfg.cluster.num_trainer_ranks
     if cfg.cluster.train_backend != "megatron":
         return ranks
-    model = 1
+    sizes = []
     for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
         try:
-            model *= int(cfg.megatron.get(key, 1))
+            sizes.append(int(cfg.megatron.get(key, 1)))
         except (TypeError, ValueError):
-            pass
-    return ranks // model if model and ranks % model == 0 else 0
+            sizes.append(1)
+    return parallel_sizes.data_parallel_size(ranks, *sizes)
 
 
 # Each refusal of validate() and warnings(), with its parameter names (slime/refusals.py); its

@@ -14,6 +14,12 @@ from lab.core.messages import ref
 from lab.core.model_spec import ModelSpec
 from lab.core.recipes import Recipe
 from lab.rules.derive import ETP, Derived
+from slime.parallel_sizes import (
+    data_parallel_size,
+    expert_data_parallel_size,
+    expert_parallel_size,
+    model_parallel_size,
+)
 
 # --- the checks (each returns the findings of one area) -------------------------------------------
 
@@ -86,15 +92,15 @@ def _valid_tp_pp_cp(n: int, limit: int = 6) -> str:
     for tp in (1, 2, 4, 8):
         for pp in (1, 2, 4, 8):
             for cp in (1, 2):
-                if n and n % (tp * pp * cp) == 0:
-                    opts.append(f"TP {tp}/PP {pp}/CP {cp} → DP {n // (tp * pp * cp)}")
+                if dp := data_parallel_size(n, tp, pp, cp):
+                    opts.append(f"TP {tp}/PP {pp}/CP {cp} → DP {dp}")
     return "; ".join(opts[:limit])
 
 
 def check_parallel(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived) -> list[Finding]:
     r, n, out = exp.resources, exp.placement.train_gpus, []
-    par = r.tp * r.pp * r.cp
-    if n and n % par:
+    par = model_parallel_size(r.tp, r.pp, r.cp)
+    if n and not data_parallel_size(n, r.tp, r.pp, r.cp):
         out.append(_F("PAR-1", "error", ["resources.tp", "resources.pp", "resources.cp", "placement.train_gpus"],
                       tp=r.tp, pp=r.pp, cp=r.cp, unit=par, n=n, choices=_valid_tp_pp_cp(n)))
     if spec.heads % r.tp:
@@ -106,10 +112,10 @@ def check_parallel(exp: Experiment, recipe: Recipe, spec: ModelSpec, d: Derived)
         if spec.experts % r.ep:
             out.append(_F("PAR-2", "error", ["resources.ep"], "experts", experts=spec.experts, ep=r.ep,
                           options=", ".join(str(e) for e in (1, 2, 4, 8, 16, 32, 64) if spec.experts % e == 0)))
-        if n and n % (ETP * r.ep * r.pp):
-            ok = [e for e in (1, 2, 4, 8, 16, 32, 64) if spec.experts % e == 0 and n % (e * r.pp) == 0]
+        if n and not expert_data_parallel_size(n, ETP, r.ep, r.pp):
+            ok = [e for e in (1, 2, 4, 8, 16, 32, 64) if spec.experts % e == 0 and expert_data_parallel_size(n, ETP, e, r.pp)]
             out.append(_F("PAR-2", "error", ["resources.ep", "resources.pp", "placement.train_gpus"], "ep_groups",
-                          ep=r.ep, pp=r.pp, unit=r.ep * r.pp, n=n, options=", ".join(map(str, ok)) or "1"))
+                          ep=r.ep, pp=r.pp, unit=expert_parallel_size(ETP, r.ep, r.pp), n=n, options=", ".join(map(str, ok)) or "1"))
         if spec.router_groups and spec.experts % spec.router_groups:
             out.append(_F("PAR-2", "error", ["model.recipe"], "router_groups", experts=spec.experts, groups=spec.router_groups))
     elif r.ep > 1:

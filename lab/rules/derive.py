@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from lab.core.experiment import Experiment
 from lab.core.model_spec import ModelSpec, ModelSpecError, kind_of, spec_of
 from lab.core.recipes import Recipe, RecipeError, get_recipe
+from slime.parallel_sizes import data_parallel_size, expert_data_parallel_size
 
 ETP = 1
 
@@ -74,10 +75,8 @@ def derive(exp: Experiment) -> Derived:
     p, r, t = exp.placement, exp.resources, exp.task
     recipe, spec = recipe_and_spec(exp)
     n = p.train_gpus
-    model_par = r.tp * r.pp * r.cp
-    dp = n // model_par if n % model_par == 0 else 0
-    expert_par = ETP * r.ep * r.pp
-    expert_dp: int | None = n // expert_par if n % expert_par == 0 else 0
+    dp = data_parallel_size(n, r.tp, r.pp, r.cp)
+    expert_dp: int | None = expert_data_parallel_size(n, ETP, r.ep, r.pp)
     if recipe is not None and kind_of(exp, recipe) != "moe":
         expert_dp = None  # no experts: the number would only confuse
 

@@ -36,6 +36,7 @@ from lab.core.images import get_image
 from lab.core.messages import render
 from lab.rules.derive import ETP, recipe_and_spec
 from lab.rules.memory_model import GIB, TrainLayout, embedded_engine_parts, optimizer_bytes, training_parts
+from slime.parallel_sizes import expert_parallel_size
 
 # The lab does not know the dataset's prompt lengths; a math prompt with its chat template is
 # about this long. Only the embedded engine's KV slots depend on it.
@@ -102,7 +103,7 @@ def estimate_memory(exp: Experiment) -> MemoryEstimate:
     # (megatron-core's intra_dp_cp group): CP ranks hold whole copies of the weights, so they share
     # the optimizer state like DP ranks do.
     dp = max(n // (r.tp * r.pp), 1)
-    edp = max(n // (ETP * r.ep * r.pp), 1)
+    edp = max(n // expert_parallel_size(ETP, r.ep, r.pp), 1)
     layout = TrainLayout(tokens=r.max_tokens_per_gpu, tp=r.tp, pp=r.pp, ep=ETP * r.ep, dp=dp, edp=edp,
                          recompute=r.recompute, cpu_adam=r.cpu_adam)
     parts = training_parts(spec, layout)

@@ -25,6 +25,7 @@ from typing import Any
 
 from lab.core.experiment import Experiment
 from lab.core.memo import Memo
+from slime.parallel_sizes import data_parallel_size, model_parallel_size
 
 SIZES = (1, 2, 4, 8, 16, 32, 64)
 OFFLOAD_COST = 1.5  # CPU Adam: farther than one doubling, since every optimizer step pays for it
@@ -79,7 +80,7 @@ def _candidates(exp: Experiment, moe: bool) -> list[Layout]:
         for pp in sizes:
             # the estimate has no term CP lowers, so a larger CP never makes a layout fit
             for cp in (c for c in sizes if c <= here.cp):
-                if n % (tp * pp * cp):  # no whole data-parallel size: nothing to estimate
+                if not data_parallel_size(n, tp, pp, cp):  # no whole data-parallel size: nothing to estimate
                     continue
                 for ep in (sizes if moe else (here.ep,)):
                     for adam in {here.cpu_adam, True}:
@@ -87,7 +88,7 @@ def _candidates(exp: Experiment, moe: bool) -> list[Layout]:
                         if cand != here:
                             out.append(cand)
     # ties: the smaller model-parallel group, then TP before PP (no pipeline bubble)
-    return sorted(out, key=lambda c: (distance(here, c), c.tp * c.pp * c.cp, c.pp, c.cpu_adam))
+    return sorted(out, key=lambda c: (distance(here, c), model_parallel_size(c.tp, c.pp, c.cp), c.pp, c.cpu_adam))
 
 
 def _codes(errors) -> set[str]:

@@ -38,6 +38,7 @@ from lab.rules.derive import ETP, Derived, derive
 from lab.rules.edit import edit_many
 from lab.rules.validate import validate
 from slime.limits import MAX_NODES
+from slime.parallel_sizes import train_unit
 
 # Fields a repair must never set: they describe the user's machines.
 NEVER_PROPOSED = frozenset({"serving.pd.rdma_devices", "placement.external_engine_addrs"})
@@ -84,11 +85,8 @@ def _engine_size(exp: Experiment) -> int:
 
 def _train_unit(exp: Experiment, tp: int, pp: int, cp: int, ep: int) -> int:
     """The smallest training pool the parallel layout tiles: TP·PP·CP, and lcm with EP·PP for MoE."""
-    unit = tp * pp * cp
     recipe = _recipe(exp)
-    if recipe is not None and recipe.kind == "moe":
-        unit = math.lcm(unit, ETP * ep * pp)
-    return unit
+    return train_unit(tp, pp, cp, moe=recipe is not None and recipe.kind == "moe", etp=ETP, ep=ep)
 
 
 def _with_engine(exp: Experiment, e: int, values: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slime.config import ClusterConfig
+from slime.parallel_sizes import data_parallel_size, expert_data_parallel_size
 from slime.refusals import declare
 
 _R = declare("placement", {
@@ -295,11 +296,11 @@ def parallel_layout(megatron: dict, n_ranks: int) -> list[RankLayout]:
     tp, pp = par["tensor_model_parallel_size"], par["pipeline_model_parallel_size"]
     cp, ep = par["context_parallel_size"], par["expert_model_parallel_size"]
     etp = par.get("expert_tensor_parallel_size") or tp
-    if n_ranks % (tp * cp * pp) or n_ranks % (etp * ep * pp):
+    dp = data_parallel_size(n_ranks, tp, pp, cp)
+    edp = expert_data_parallel_size(n_ranks, etp, ep, pp)
+    if not dp or not edp:
         raise ValueError(f"{n_ranks} trainer ranks do not divide into TP {tp} x CP {cp} x PP {pp} "
                          f"(experts: ETP {etp} x EP {ep} x PP {pp})")
-    dp = n_ranks // (tp * cp * pp)
-    edp = n_ranks // (etp * ep * pp)
     out = []
     for r in range(n_ranks):
         t, rest = r % tp, r // tp

@@ -10,6 +10,7 @@ from __future__ import annotations
 from slime import estimators
 from slime.backends.megatron.model_args import builds_mtp, unsupported_flags
 from slime.model_spec import flag_bool, flag_int
+from slime.parallel_sizes import data_parallel_size, model_parallel_size
 from slime.refusals import declare
 
 _R = declare("megatron", {
@@ -38,8 +39,8 @@ def megatron_trainer_errors(cfg) -> list[str]:
     tp = flag_int(m, "tensor_model_parallel_size", 1) or 1
     pp = flag_int(m, "pipeline_model_parallel_size", 1) or 1
     ranks = cfg.cluster.num_trainer_ranks
-    if ranks % (tp * pp * cp):
-        e.append(_R("dp_whole", ranks=ranks, model=tp * pp * cp))
+    if not data_parallel_size(ranks, tp, pp, cp):
+        e.append(_R("dp_whole", ranks=ranks, model=model_parallel_size(tp, pp, cp)))
     if flag_bool(m, "enable_mtp_training") and not builds_mtp(m):
         e.append(_R("mtp_training"))
     if "mtp_loss_scaling_factor" in m and not flag_bool(m, "enable_mtp_training"):
