@@ -638,7 +638,10 @@ async function insertLater() {
   $("#step-1").after(tpl.content);
   bindLater();
   state.complete = true;
-  state.cache = {}; // every region again, with the steps now there
+  // Steps 2-6 draw for the first time (their regions were never drawn); findings and folded fields
+  // reach into them too. The rest of step 1 stays as drawn.
+  delete state.cache.findings;
+  delete state.cache.folded;
   if (state.view) draw({ ...state.view, last_change: null }); // the last change was shown already
 }
 
