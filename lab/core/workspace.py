@@ -118,11 +118,20 @@ def remember_sent(exp: Experiment, data: dict[str, Any]) -> None:
     if key is None:
         return
     SENT_EXPERIMENTS.put(key, exp)
+    js_key = _JS_KEYS.get(key, lambda: _javascript_key(data, key))
+    if js_key != key:
+        SENT_EXPERIMENTS.put(js_key, exp)
+
+
+# The key of contents as JavaScript writes them back, by the contents' own key: a pure function of
+# the exact contents that `key` encodes (types included), so it is computed once per experiment
+# sent, not walked again with each answer that writes the same B or A.
+_JS_KEYS: Memo[bytes] = Memo(256)
+
+
+def _javascript_key(data: dict[str, Any], key: bytes) -> bytes:
     as_js = _as_javascript_writes(data)
-    if as_js is not data:
-        js_key = contents_key(as_js)
-        if js_key is not None:
-            SENT_EXPERIMENTS.put(js_key, exp)
+    return key if as_js is data else contents_key(as_js) or key
 
 
 def _as_javascript_writes(value: Any) -> Any:

@@ -20,6 +20,7 @@ const state = {
   lang: "en",
   cache: {},         // region → JSON drawn last (skip unchanged regions)
   rev: 0,
+  complete: false,   // steps 2-6 are in the document (they come after the first screen is drawn)
 };
 let chain = Promise.resolve();
 const controls = new Map(); // field path → element
@@ -37,17 +38,22 @@ async function loadLocale(lang) {
   return state.locs[lang];
 }
 
-function applyLocale() {
-  document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
-  for (const el of $$("[data-i18n]")) el.textContent = tr(el.dataset.i18n);
-  for (const el of $$("a[data-doc]")) el.href = `/docs/${state.lang}/${el.dataset.doc}`; // docs in the page's language
-  for (const el of $$("[data-i18n-field]")) {
+// The texts of `root` (the document, or steps 2-6 as they arrive) in the current locale.
+function localize(root) {
+  for (const el of $$("[data-i18n]", root)) el.textContent = tr(el.dataset.i18n);
+  for (const el of $$("a[data-doc]", root)) el.href = `/docs/${state.lang}/${el.dataset.doc}`; // docs in the page's language
+  for (const el of $$("[data-i18n-field]", root)) {
     const f = ui.loc.fields[el.dataset.i18nField];
     if (!f) continue;
     const part = el.dataset.part;
     const text = part === "option" ? f.options?.[el.dataset.option] : f[part];
     if (text !== undefined) el.textContent = text;
   }
+}
+
+function applyLocale() {
+  document.documentElement.lang = state.lang === "zh" ? "zh-CN" : "en";
+  localize(document);
   $("#lang").value = state.lang;
   state.cache = {};
   if (state.view) draw(state.view);
@@ -193,6 +199,17 @@ function draw(v) {
   drawControls(exp, false);
   if (changed("folded", v.folded)) drawFolded(v.folded || []);
   if (changed("findings", v.findings)) drawFindings(v.findings);
+  if (changed("recipe", v.recipe)) drawRecipe(v.recipe);
+  if (v.last_change) drawLastChange(v.last_change);
+  if (state.complete) drawLater(v, exp); // steps 2-6, once they are in the document
+  drawHistory(state.ws, v.history_labels);
+  state.rev += 1;
+  document.body.dataset.rev = String(state.rev);
+  document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));
+}
+
+// The regions of steps 2-6 (their first draw happens when they are inserted: insertLater).
+function drawLater(v, exp) {
   if (changed("layout", v.layout)) drawLayout(v.layout);
   if (changed("plan", v.placement_lines)) drawPlan(v.placement_lines || []);
   if (changed("derived", v.derived)) drawDerived(v.derived);
@@ -202,17 +219,11 @@ function draw(v) {
   if (changed("ab", [v.ab_diff, v.a_findings, !!v.workspace.a, v.findings.length])) drawAB(v);
   if (changed("share", [v.share_link, v.share_link_ab])) drawShare([v.share_link, v.share_link_ab]);
   if (changed("render_error", v.render_error)) drawRenderError(v.render_error);
-  if (v.last_change) drawLastChange(v.last_change);
-  if (changed("recipe", v.recipe)) drawRecipe(v.recipe);
   if (changed("serving", [exp.placement, exp.serving, v.derived])) drawServing(exp, v.derived);
   if (changed("diag", v.diagrams)) drawDiag(v.diagrams);
   if (changed("repairs", [v.repairs, v.derived, exp.placement])) drawRepairs(v.repairs, v);
   if (changed("image", v.image)) drawImage(v.image);
   if (changed("provenance", v.provenance)) drawProvenance(v.provenance);
-  drawHistory(state.ws, v.history_labels);
-  state.rev += 1;
-  document.body.dataset.rev = String(state.rev);
-  document.dispatchEvent(new CustomEvent("lab:drawn", { detail: state.rev }));
 }
 
 // Controls that cannot apply to the current choices are folded away (the server decides which).
@@ -291,7 +302,8 @@ function drawFindings(findings) {
     : tr("summary_ok");
   const order = { error: 0, warning: 1, info: 2 };
   const sorted = [...findings].sort((a, b) => order[a.level] - order[b.level]);
-  $("#summary").innerHTML = `<p class="summary-head ${n.error ? "bad" : n.warning ? "warn" : "ok"}">${esc(head)}</p>` +
+  const summary = $("#summary"); // step 5: drawn again when steps 2-6 arrive
+  if (summary) summary.innerHTML = `<p class="summary-head ${n.error ? "bad" : n.warning ? "warn" : "ok"}">${esc(head)}</p>` +
     sorted.map((f) => findingHTML(f, true)).join("");
   $("#nav-summary").innerHTML = (n.error ? `<span class="badge bad" title="${esc(tr("level_error"))}">✕ ${n.error}</span>` : "") +
     (n.warning ? `<span class="badge warn" title="${esc(tr("level_warning"))}">! ${n.warning}</span>` : "");
@@ -385,7 +397,7 @@ function download(name) {
 
 function goTo(id) {
   const el = document.getElementById(id);
-  if (!el) return;
+  if (!el) { if (!state.complete) state.later?.then(() => goTo(id)); return; } // a later step, still arriving
   el.scrollIntoView({ block: "start" });
   el.setAttribute("tabindex", "-1");
   el.focus({ preventScroll: true });
@@ -395,8 +407,9 @@ function isTyping(el) {
   return el && (el.tagName === "INPUT" && !["checkbox", "radio", "button", "file"].includes(el.type) || el.tagName === "TEXTAREA");
 }
 
-function bindEvents() {
-  for (const el of $$("[data-field]")) {
+function bindControls(root) {
+  for (const el of $$("[data-field]", root)) {
+    if (controls.has(el.dataset.field)) continue; // bound already (steps 2-6 bind after step 1)
     controls.set(el.dataset.field, el);
     el.addEventListener("input", () => { el.dataset.dirty = "1"; });
     el.addEventListener("change", () => {
@@ -409,6 +422,30 @@ function bindEvents() {
       });
     }
   }
+}
+
+// The nav shows where you are (steps 2-6 are observed when they arrive).
+let stepObserver = null;
+const navLinks = new Map();
+function observeSteps() {
+  if (!stepObserver) {
+    for (const a of $$(".steps a[data-goto]")) navLinks.set(a.dataset.goto, a);
+    stepObserver = new IntersectionObserver((entries) => {
+      for (const e of entries) if (e.isIntersecting) {
+        for (const a of navLinks.values()) a.removeAttribute("aria-current");
+        navLinks.get(e.target.id)?.setAttribute("aria-current", "step");
+      }
+    }, { rootMargin: "-40% 0px -55% 0px" });
+  }
+  for (const id of navLinks.keys()) {
+    const s = document.getElementById(id);
+    if (s && !s.dataset.observed) { s.dataset.observed = "1"; stepObserver.observe(s); }
+  }
+}
+
+// The header, the intro and step 1, and the document-wide handlers.
+function bindEvents() {
+  bindControls(document);
   $("#undo").addEventListener("click", () => send({ type: "undo" }));
   $("#redo").addEventListener("click", () => send({ type: "redo" }));
   $("#reset").addEventListener("click", () => send({ type: "reset" }));
@@ -440,6 +477,24 @@ function bindEvents() {
     const tab = ev.target.closest("[data-tab]");
     if (tab) selectTab(tab.dataset.tab);
   });
+  document.addEventListener("click", async (ev) => {
+    const btn = ev.target.closest("[data-apply-repair]");
+    if (!btn) return;
+    const ok = await send({ type: "apply_repair", id: btn.dataset.applyRepair });
+    if (ok) toast(tr("repair_applied"));
+  });
+  $("#walk").addEventListener("toggle", () => { if ($("#walk").open) openWalk(); else drawWalk(); });
+  $("#walk-prev").addEventListener("click", () => walkStep(-1));
+  $("#walk-next").addEventListener("click", () => walkStep(1));
+  $("#walk-play").addEventListener("click", walkPlay);
+  for (const b of $$(".walk-stage")) b.addEventListener("click", () => { walkGoTo(Number(b.dataset.walk) - 1); });
+  $("#walk-adopt").addEventListener("click", async () => { if (await send({ type: "adopt_grpo" })) toast(tr("walk_adopted")); });
+  observeSteps();
+}
+
+// Steps 2-6, when they are inserted.
+function bindLater() {
+  bindControls(document);
   $(".tabs").addEventListener("keydown", (ev) => {
     const tabs = $$("[data-tab]");
     const i = tabs.indexOf(document.activeElement);
@@ -483,31 +538,11 @@ function bindEvents() {
     if (ok) toast(tr("loaded_json"));
     drawImportReport(ok && type === "import_script" ? ok.import_report : null);
   });
-  document.addEventListener("click", async (ev) => {
-    const btn = ev.target.closest("[data-apply-repair]");
-    if (!btn) return;
-    const ok = await send({ type: "apply_repair", id: btn.dataset.applyRepair });
-    if (ok) toast(tr("repair_applied"));
-  });
   $("#save-a").addEventListener("click", () => send({ type: "save_a" }));
   $("#restore-a").addEventListener("click", () => send({ type: "restore_a" }));
   $("#clear-a").addEventListener("click", () => send({ type: "clear_a" }));
-  $("#walk").addEventListener("toggle", () => { if ($("#walk").open) openWalk(); else drawWalk(); });
-  $("#walk-prev").addEventListener("click", () => walkStep(-1));
-  $("#walk-next").addEventListener("click", () => walkStep(1));
-  $("#walk-play").addEventListener("click", walkPlay);
-  for (const b of $$(".walk-stage")) b.addEventListener("click", () => { walkGoTo(Number(b.dataset.walk) - 1); });
-  $("#walk-adopt").addEventListener("click", async () => { if (await send({ type: "adopt_grpo" })) toast(tr("walk_adopted")); });
   bindRunPlot(); // step 6: plot a run's metrics.jsonl (lab/static/runplot.js)
-  // The nav shows where you are.
-  const links = new Map($$(".steps a[data-goto]").map((a) => [a.dataset.goto, a]));
-  const io = new IntersectionObserver((entries) => {
-    for (const e of entries) if (e.isIntersecting) {
-      for (const a of links.values()) a.removeAttribute("aria-current");
-      links.get(e.target.id)?.setAttribute("aria-current", "step");
-    }
-  }, { rootMargin: "-40% 0px -55% 0px" });
-  for (const id of links.keys()) { const s = document.getElementById(id); if (s) io.observe(s); }
+  observeSteps();
 }
 
 function selectTab(name) {
@@ -543,11 +578,8 @@ async function init() {
   performance.mark("lab:init");
   if (document.readyState === "loading") await new Promise((r) => document.addEventListener("DOMContentLoaded", r, { once: true }));
   performance.mark("lab:dom");
-  // Steps 2-6 come as a <template> (lab/templates/index.html): inert while the page parses, so the
-  // browser lays out and paints only the intro and step 1 before this point, and the rest once, here.
-  const later = document.getElementById("later-steps");
-  if (later) later.replaceWith(later.content);
-  bindEvents();
+  bindEvents(); // the document holds the intro and step 1; steps 2-6 come after the first draw
+  state.later = new Promise((resolve) => { state.laterDone = resolve; });
   performance.mark("lab:bound");
   ui.loc = locP ? await locP : await loadLocale("en");
   if (state.lang !== "en") applyLocale();
@@ -567,11 +599,50 @@ async function init() {
     ok = await send({ type: "view" });
     if (ok) toast(tr("restored_storage"));
   }
+  performance.mark("lab:ready"); // the first screen is drawn with its first answer
+  try {
+    await insertLater();
+  } catch (e) {
+    showError(`${tr("error_prefix")}: ${String(e?.message ?? e)}`);
+    setStatus("status_error");
+  }
+  state.laterDone();
   document.body.dataset.ready = "1";
-  performance.mark("lab:ready");
-  // A link to a later step (/#step-3) found no target while that step was still a template.
+  performance.mark("lab:complete"); // steps 2-6 are in the document and drawn
+  // A link to a later step (/#step-3) found no target while that step was still arriving.
   const target = /^#[\w-]+$/.test(location.hash) && document.getElementById(location.hash.slice(1));
   if (target) target.scrollIntoView({ block: "start" });
+}
+
+// Steps 2-6 (GET /later-steps.html, lab/page.py): the page's boot script asked for them while the
+// document loaded; they are inserted once the first screen has been painted, translated, bound, and
+// drawn from the last answer like the rest (every control, finding and runtime verdict).
+async function laterHTML() {
+  const early = await (window.slimeBoot?.later ?? null);
+  if (typeof early === "string") return early;
+  const res = await fetch("/later-steps.html");
+  if (!res.ok) throw new Error(tr("error_http", { status: res.status }));
+  return res.text();
+}
+
+const afterPaint = () => new Promise((resolve) => {
+  requestAnimationFrame(() => setTimeout(resolve, 0)); // after the frame that shows the first screen
+  setTimeout(resolve, 100); // a hidden tab has no frames
+});
+
+async function insertLater() {
+  const [html] = await Promise.all([laterHTML(), afterPaint()]);
+  const tpl = document.createElement("template");
+  tpl.innerHTML = html;
+  if (state.lang !== "en") localize(tpl.content);
+  $("#step-1").after(tpl.content);
+  bindLater();
+  state.complete = true;
+  // Steps 2-6 draw for the first time (their regions were never drawn); findings and folded fields
+  // reach into them too. The rest of step 1 stays as drawn.
+  delete state.cache.findings;
+  delete state.cache.folded;
+  if (state.view) draw({ ...state.view, last_change: null }); // the last change was shown already
 }
 
 init();

@@ -41,8 +41,8 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (), openapi
         msg = messages.localize_text("input.internal", {"error": type(exc).__name__}, request_lang(request))
         return JSONResponse(status_code=500, content={"detail": [{"loc": [], "msg": msg, "type": "input.internal"}]})
 
+    app.include_router(api_workspace.router)  # first: nearly every request is an edit, matched by the first route tried
     app.include_router(api.router)
-    app.include_router(api_workspace.router)
     app.include_router(api_runs.router)
     app.include_router(page.router)
     app.include_router(docs_route.router)

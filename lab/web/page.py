@@ -14,9 +14,11 @@ First load: the page carries what its first draw needs for a visitor without a s
 as JSON data blocks (not scripts, so the CSP has nothing to allow): the English locale and the
 API's answer to `view` for a fresh workspace. The page then draws without a request. A visitor
 with a stored workspace, another language or a share link asks the API as before. The controls
-come set to that answer's values, and steps 2-6 come inert in a <template> that app.js inserts
-before its first draw, so the browser's first layout covers what a first visit sees
-(docs/benchmarks.md, "First load").
+come set to that answer's values. The document holds only the first screen (the intro and step 1):
+steps 2-6 are a fragment of their own (GET /later-steps.html, `lab/templates/later_steps.html`,
+rendered from the same context and cached the same way) that the page's boot script fetches at
+once and app.js inserts when the first screen is drawn, so the browser parses, lays out and paints
+only what a first visit sees before it shows it (docs/benchmarks.md, "One step faster").
 """
 from __future__ import annotations
 
@@ -151,10 +153,20 @@ def _environment() -> Environment:
     )
 
 
-@lru_cache(maxsize=1)
 def render_page() -> str:
-    """The page HTML. Cached: it depends only on the model, the recipes, the locale files and the
-    fresh workspace's answer (whose provenance is the checkout as the server first saw it)."""
+    """The page HTML (the intro and step 1). Cached: it depends only on the model, the recipes, the
+    locale files and the fresh workspace's answer (whose provenance is the checkout as the server first saw it)."""
+    return _render_parts()[0]
+
+
+def render_later_steps() -> str:
+    """Steps 2-6: the fragment app.js inserts after the first screen (same context, same cache)."""
+    return _render_parts()[1]
+
+
+@lru_cache(maxsize=1)
+def _render_parts() -> tuple[str, str]:
+    """The page and its later steps, rendered together: between them they draw every field once."""
     en = page_locale("en")
     recipes = {name: r.display_name for name, r in all_recipes().items()}
     images = _image_names()
@@ -208,14 +220,15 @@ def render_page() -> str:
             node = node.get(part) if isinstance(node, dict) else None
         return node is True
 
-    html = _environment().get_template("index.html").render(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES,
-                                                            shown=shown, checked=checked,
-                                                            why=WHY.get, why_extra=WHY_EXTRA, see_links=SEE,
-                                                            boot_locale=_json_block(en), boot_view=_json_block(first) if first else None)
+    context = dict(field=field, t=t, fl=fl, opt=opt, load_max_bytes=MAX_BYTES, shown=shown, checked=checked,
+                   why=WHY.get, why_extra=WHY_EXTRA, see_links=SEE,
+                   boot_locale=_json_block(en), boot_view=_json_block(first) if first else None)
+    html = _environment().get_template("index.html").render(**context)
+    later = _environment().get_template("later_steps.html").render(**context)
     missing = set(specs) - used
     if missing:
         raise RuntimeError(f"the page draws no control for {sorted(missing)}")
-    return html
+    return html, later
 
 
 def inline_script_hashes() -> list[str]:
@@ -244,6 +257,19 @@ def _cached(request: Request, body: bytes, zipped: bytes | None, etag: str, medi
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 def index(request: Request) -> Response:
     body, zipped, etag = _page_bytes()
+    return _cached(request, body, zipped, etag, "text/html; charset=utf-8")
+
+
+@lru_cache(maxsize=1)
+def _later_steps_bytes() -> tuple[bytes, bytes, str]:
+    body = render_later_steps().encode("utf-8")
+    return body, gzip.compress(body, compresslevel=6, mtime=0), '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+@router.get("/later-steps.html", response_class=HTMLResponse, include_in_schema=False)
+def later_steps(request: Request) -> Response:
+    """Steps 2-6 of the page (a fragment, not a document), revalidated by ETag as the page is."""
+    body, zipped, etag = _later_steps_bytes()
     return _cached(request, body, zipped, etag, "text/html; charset=utf-8")
 
 

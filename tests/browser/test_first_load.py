@@ -67,3 +67,30 @@ def test_a_link_to_a_later_step_opens_at_that_step(new_page):
     assert -200 < top < 200, top  # at the top of the viewport (sizes of unrendered steps are estimates)
     assert page.evaluate("window.scrollY") > 1000
     assert_clean(page)
+
+
+def test_steps_2_to_6_arrive_after_the_first_screen_drawn_from_the_last_answer(new_page):
+    # The document is the intro and step 1; steps 2-6 come in their own request and are inserted
+    # after the first screen is drawn. They must still show the stored workspace's values (the
+    # fragment is rendered with a fresh workspace's) and the runtime's verdict for it.
+    fresh = new_page()
+    assert len(_asked(fresh, "/later-steps.html")) == 1
+    marks = fresh.evaluate("performance.getEntriesByType('mark').map(m => m.name)")
+    assert marks.index("lab:ready") < marks.index("lab:complete")
+    fresh.click("#plan-panel summary")
+    fresh_plan = fresh.text_content("#placement-plan")
+    assert fresh_plan.strip()
+
+    page = new_page()
+    act(page, lambda: page.select_option('[data-field="placement.ownership"]', "colocated"))
+    page.click("#plan-panel summary")
+    edited_plan = page.text_content("#placement-plan")
+    assert edited_plan.strip() and edited_plan != fresh_plan
+    page.reload()
+    wait_ready(page)
+    assert page.input_value('[data-field="placement.ownership"]') == "colocated"  # not the fragment's fresh value
+    page.click("#plan-panel summary")
+    assert page.text_content("#placement-plan") == edited_plan
+    assert "--colocate" in page.text_content('details.preview[data-file="experiment.sh"] pre')
+    assert_clean(fresh)
+    assert_clean(page)

@@ -288,7 +288,7 @@ def test_a_cross_site_origin_is_refused(client):
 
 
 def test_every_answer_carries_the_security_headers(client):
-    for r in (client.get("/"), client.get("/static/app.js"), client.get("/api/recipes"),
+    for r in (client.get("/"), client.get("/later-steps.html"), client.get("/static/app.js"), client.get("/api/recipes"),
               client.post("/api/render", content=b"{", headers={"content-type": "application/json"}),
               client.get("/api/recipes", headers={"host": "evil.example"})):
         csp = r.headers["content-security-policy"]

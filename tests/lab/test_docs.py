@@ -210,9 +210,9 @@ def test_every_anchor_link_in_the_docs_opens_an_existing_section() -> None:
 def test_every_why_and_see_link_of_the_page_opens_a_section_in_both_languages() -> None:
     from lab.web.doc_links import SEE, WHY, WHY_EXTRA, all_targets
     from lab.web.docs import section_ids
-    from lab.web.page import field_specs, render_page
+    from lab.web.page import field_specs, render_later_steps, render_page
 
-    html = render_page()
+    html = render_page() + render_later_steps()  # the first screen, and steps 2-6 that app.js inserts
     drawn = set(re.findall(r'data-doc="([^"]+)"', html))
     assert set(all_targets()) == drawn, "every link of lab/web/doc_links.py is drawn, and only those"
     assert set(WHY) <= set(field_specs()), set(WHY) - set(field_specs())

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from lab.web.app import create_app
-from lab.web.page import inline_script_hashes, page_locale, render_page
+from lab.web.page import _render_parts, inline_script_hashes, page_locale, render_later_steps, render_page
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_a_page_whose_first_answer_cannot_be_computed_is_still_served(monkeypatc
         raise RuntimeError("no view")
 
     monkeypatch.setattr(lab.web.workspace_view, "view", broken)
-    html = render_page.__wrapped__()
+    html = _render_parts.__wrapped__()[0]
     assert 'id="boot-view"' not in html and 'id="boot-locale"' in html  # the page asks the API instead
 
 
@@ -100,7 +100,7 @@ def test_the_controls_come_set_to_the_first_answer():
                 self.select = None
 
     parser = Controls()
-    parser.feed(html)
+    parser.feed(html + render_later_steps())  # steps 2-6 come apart (GET /later-steps.html), set the same way
     for path in LEAF_FIELDS:
         v = b
         for part in path.split("."):
@@ -110,3 +110,22 @@ def test_the_controls_come_set_to_the_first_answer():
         want = v if isinstance(v, bool) else ", ".join(v) if isinstance(v, list) else \
             (str(int(v)) if isinstance(v, float) and v.is_integer() else str(v))
         assert parser.values.get(path) == want, path
+
+
+def test_the_document_is_the_first_screen_and_steps_2_to_6_come_apart(client):
+    """The page holds the intro and step 1; GET /later-steps.html holds steps 2-6 (gzipped, ETag),
+    and between them every field has its one control."""
+    from lab.web.page import field_specs
+
+    html, later = render_page(), render_later_steps()
+    assert 'id="step-1"' in html and 'id="intro"' in html
+    for i in range(2, 7):
+        assert f'id="step-{i}"' not in html and f'id="step-{i}"' in later
+    assert "<html" not in later and "<script" not in later  # a fragment, and nothing the CSP would have to allow
+    fields = re.findall(r'data-field="([^"]+)"', html + later)
+    assert sorted(fields) == sorted(set(fields)) and set(fields) == set(field_specs())
+    r = client.get("/later-steps.html", headers={"accept-encoding": "gzip"})
+    assert r.status_code == 200 and r.headers["content-encoding"] == "gzip" and r.text == later
+    assert r.headers["content-type"].startswith("text/html")
+    assert client.get("/later-steps.html", headers={"if-none-match": r.headers["etag"]}).status_code == 304
+    assert len(html.encode()) < 120_000  # was 177 KB with steps 2-6 inert in a <template>
