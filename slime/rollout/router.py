@@ -156,6 +156,11 @@ def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
                 pass
             exclude.clear()  # a re-registered engine may have the same url
 
+    def no_engine() -> JSONResponse:
+        return JSONResponse({"object": "error", "message": "no healthy engine behind the router "
+                             f"after {state.retry_timeout:g} s", "type": "ServiceUnavailable", "code": 503},
+                            status_code=503)
+
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request):
         body = await request.body()
@@ -167,9 +172,7 @@ def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
         while True:
             w = await wait_for_worker(key, tried, deadline)
             if w is None:
-                return JSONResponse({"object": "error", "message": "no healthy engine behind the router "
-                                     f"after {state.retry_timeout:g} s", "type": "ServiceUnavailable", "code": 503},
-                                    status_code=503)
+                return no_engine()
             w.load += 1
             try:
                 async with w.sem:
@@ -196,9 +199,7 @@ def create_router_app(state: RouterState, timeout: float = 14_400.0) -> FastAPI:
         while True:
             w = await wait_for_worker(key, tried, deadline)
             if w is None:
-                return JSONResponse({"object": "error", "message": "no healthy engine behind the router "
-                                     f"after {state.retry_timeout:g} s", "type": "ServiceUnavailable", "code": 503},
-                                    status_code=503)
+                return no_engine()
             w.load += 1
             try:
                 await w.sem.acquire()
