@@ -141,6 +141,14 @@ class LoopResult:
     rows: list[dict]
 
 
+def job_env(repo: Path, head: RayHead) -> dict[str, str]:
+    """The environment of experiment.sh's steps: the head's, the checkout first on PYTHONPATH, and
+    the head's own PYTHONPATH entries after it. A wheel set installed with --target (the GPU
+    machine's /tmp/site) is on that path only: its `ray` CLI imports ray from there."""
+    keep = [e for e in head.env.get("PYTHONPATH", "").split(os.pathsep) if e and e != str(repo)]
+    return {**head.env, "RAY_DASHBOARD": head.dashboard, "PYTHONPATH": os.pathsep.join([str(repo), *keep])}
+
+
 def run_recipe(recipe: str, repo: Path, head: RayHead, train_args: tuple[str, ...] = (),
                timeout_s: int = 600) -> LoopResult:
     """Render `recipe` into `repo`, then prepare -> convert -> check -> train through experiment.sh.
@@ -150,7 +158,7 @@ def run_recipe(recipe: str, repo: Path, head: RayHead, train_args: tuple[str, ..
     from lab.web.export import experiment_files
 
     write_files(experiment_files(new_experiment(recipe)), repo)
-    env = {**head.env, "RAY_DASHBOARD": head.dashboard, "PYTHONPATH": str(repo)}
+    env = job_env(repo, head)
     seconds, logs = {}, {}
     for step, extra in (("prepare", ()), ("convert", ()), ("check", ()), ("train", train_args)):
         t0 = time.monotonic()
