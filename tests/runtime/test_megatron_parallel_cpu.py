@@ -38,6 +38,13 @@ def _records(vocab: int, n: int = 8, seed: int = 0):
     return out
 
 
+def _experts_classes(tr) -> set[str]:
+    """The module class of the MoE layers' experts (empty for a dense model): which experts path was built."""
+    from slime.backends.megatron.model import unwrap
+
+    return {type(mod).__name__ for mod in unwrap(tr.model).modules() if hasattr(mod, "local_experts")}
+
+
 def _worker(rank: int, world: int, port: int, spec: str, hf: str, layout: dict, out: str, q) -> None:
     """One trainer rank: log-probs, the export, one optimizer step; rank 0 saves what it saw."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
@@ -56,7 +63,7 @@ def _worker(rank: int, world: int, port: int, spec: str, hf: str, layout: dict, 
         exported = [(n, t.clone()) for b in tr.export_hf_weights(bucket_bytes=64 * 1024) for n, t in b]
         metrics = tr.train(_records(vocab, seed=1), 1)
         if rank == 0:
-            torch.save({"lp": lp, "metrics": metrics, "export": exported}, out)
+            torch.save({"lp": lp, "metrics": metrics, "export": exported, "experts": _experts_classes(tr)}, out)
         q.put((rank, "ok", len(exported)))
     except BaseException as e:  # noqa: BLE001 - report to the test, which names the rank
         q.put((rank, f"{type(e).__name__}: {e}", 0))
