@@ -4,10 +4,9 @@ the graph; LAB_FORBIDDEN says which arrows point the wrong way)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.tree_files import write_tree
 from tools.import_graph import LAB_FORBIDDEN, LAB_LAYERS, ROOT, Graph, build, modules
 
 
@@ -45,18 +44,10 @@ def test_the_graph_reaches_each_layer_from_the_one_above(graph):
     assert "lab.core.workspace" in edges["lab.rules.edit"]
 
 
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
 def test_each_kind_of_wrong_way_arrow_is_found(tmp_path):
     """A lab with one of each: core importing rules (inside a function), rules importing render,
     render importing web, and a private name taken across modules."""
-    g = build(_tree(tmp_path, {
+    g = build(write_tree(tmp_path, {
         "lab/__init__.py": "",
         "lab/core/__init__.py": "",
         "lab/core/workspace.py": "def edit():\n    from lab.rules.dependents import apply_change\n",

@@ -3,10 +3,9 @@ the layering forbids (tools/import_graph.py computes the graph; its FORBIDDEN ru
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.tree_files import write_tree
 from tools.import_graph import Graph, build
 
 
@@ -37,18 +36,10 @@ def test_the_graph_reaches_what_the_layers_are_about(graph):
     assert "slime.ray.runtime" in edges["slime.loop"]
 
 
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
 def test_each_kind_of_back_arrow_is_found(tmp_path):
     """A tree with one of each: a cycle hidden in a function, a private name taken (from-import,
     relative import and module attribute), a parser importing a backend, an engine importing Ray."""
-    g = build(_tree(tmp_path, {
+    g = build(write_tree(tmp_path, {
         "slime/__init__.py": "",
         "slime/args.py": "from slime.backends.embedded.capabilities import checks\n"
                          "from slime.backends.registry import names\n",
