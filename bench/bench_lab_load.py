@@ -6,8 +6,8 @@ Starts the real server (`python -m lab.web.cli serve`, one process, as a user ru
 127.0.0.1 port, then runs `--clients` threads, each a user with its own workspace and a keep-alive
 connection, sending edits (`POST /api/workspace`, one field changed per request; as the page does, each
 client keeps its whole workspace with its growing undo history and sends B, A and the two top
-entries of each history stack with the stacks' lengths, then applies the stack changes the
-answer names) until `--requests` answers
+entries of each history stack with the stacks' lengths and the tags of the answer parts it holds,
+then applies the stack changes the answer names) until `--requests` answers
 have come back in all, or `--max-seconds` have passed. Reports requests/s, latency p50/p90/p99/max,
 errors, the server's CPU time per request (utime + stime: what one request costs, however busy
 the machine is), its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak, and
@@ -85,9 +85,15 @@ sys.path.insert(0, str(ROOT))
 from lab.core.history_tail import TAIL_SENT  # noqa: E402 - what the page sends of each stack (app.js, tied by a test)
 
 
-def page_request(ws: dict, action: dict) -> dict:
+def page_request(ws: dict, action: dict, held: dict[str, str]) -> dict:
     sent = {"b": ws["b"], "a": ws["a"], "undo": ws["undo"][-TAIL_SENT:], "redo": ws["redo"][-TAIL_SENT:]}
-    return {"workspace": sent, "history": {"undo": len(ws["undo"]), "redo": len(ws["redo"])}, "action": action}
+    return {"workspace": sent, "history": {"undo": len(ws["undo"]), "redo": len(ws["redo"])}, "action": action,
+            "held": held}
+
+
+def page_holds(held: dict[str, str], answer: dict) -> dict[str, str]:
+    """The tags of the parts the page holds after the answer (lab/web/answer_parts.py)."""
+    return {**{k: held[k] for k in answer["same"]}, **answer["tags"]}
 
 
 def page_applies(ws: dict, answer: dict) -> dict:
@@ -121,19 +127,19 @@ class Client(threading.Thread):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.budget.hang_s)
         try:
             status, data = self.post(conn, {"workspace": None, "action": {"type": "view"}})
-            ws = data["workspace"]
+            ws, held = data["workspace"], data["tags"]
             k = self.index
             while self.budget.take():
                 field, values = EDITS[k % len(EDITS)]
                 value = values[(k // len(EDITS) + self.index) % len(values)]
                 k += 1
                 t = time.perf_counter()
-                status, data = self.post(conn, page_request(ws, {"type": "edit", "path": field, "value": value}))
+                status, data = self.post(conn, page_request(ws, {"type": "edit", "path": field, "value": value}, held))
                 self.latencies.append(time.perf_counter() - t)
                 if status != 200:
                     self.errors.append(f"{status}: {json.dumps(data)[:200]}")
                     continue
-                ws = page_applies(ws, data)
+                ws, held = page_applies(ws, data), page_holds(held, data)
         except Exception as exc:  # noqa: BLE001 - counted and reported
             self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:

@@ -14,7 +14,9 @@ Playwright, then measures:
   other processes on a shared machine inflate far less than the wall-clock figure;
 - click → preview: from a click on a control to the changed `experiment.sh` preview text,
   ≥ 100 clicks, p50 / p95; and the CPU time per click of the renderer's main thread (thread ticks)
-  and of the server process (utime + stime), which a loaded machine inflates far less.
+  and of the server process (utime + stime), which a loaded machine inflates far less;
+- the same clicks over an emulated link like an SSH tunnel to a login node (TUNNEL: 10 Mbit/s,
+  20 ms round trip), p50 / p95, and the median answer size on the wire.
 Goals: first load ≤ 300 ms and ≤ 300 KiB; p95 click → preview ≤ 50 ms.
 Writes bench/results/page.json.
 """
@@ -54,6 +56,10 @@ CLICK_JS = """async (path) => {
 }"""
 
 
+# Chromium's network emulation for the tunnel clicks: 10 Mbit/s each way, 20 ms round trip.
+TUNNEL = {"mbit_s": 10, "rtt_ms": 20}
+
+
 def serve() -> tuple[subprocess.Popen, str]:
     """uvicorn in its own process (as users run it), so the browser driver does not share its GIL."""
     with socket.socket() as s:
@@ -82,6 +88,7 @@ def pct(xs: list[float], q: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clicks", type=int, default=120)
+    ap.add_argument("--tunnel-clicks", type=int, default=60, help="clicks over the emulated tunnel (TUNNEL)")
     ap.add_argument("--loads", type=int, default=5)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "page.json"))
     args = ap.parse_args()
@@ -154,6 +161,15 @@ def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int
             clicks.append(page.evaluate(CLICK_JS, targets[i % len(targets)]))
         click_main_cpu = (_task_ms(cdp) - task0) / len(clicks)
         click_server_cpu = (_cpu_ms(server_pid) - server0) / len(clicks)
+        # The same clicks over a link like an SSH tunnel to a cluster's login node, where the lab
+        # often runs: what an answer weighs shows up here, not on loopback.
+        cdp.send("Network.enable")
+        cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": TUNNEL["rtt_ms"],
+                                                      "downloadThroughput": TUNNEL["mbit_s"] * 1e6 / 8,
+                                                      "uploadThroughput": TUNNEL["mbit_s"] * 1e6 / 8})
+        answer_bytes: list[float] = []
+        cdp.on("Network.loadingFinished", lambda e: answer_bytes.append(e["encodedDataLength"]))
+        tunnel = [page.evaluate(CLICK_JS, targets[i % len(targets)]) for i in range(args.tunnel_clicks)]
         ctx.close()
         browser.close()
 
@@ -169,9 +185,13 @@ def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int
         "click_to_preview_ms": {"n": len(clicks), "p50": round(pct(clicks, 0.5), 1), "p95": round(pct(clicks, 0.95), 1),
                                 "max": round(max(clicks), 1), "goal_p95": 50},
         "click_cpu_ms_per_click": {"renderer_main_thread": round(click_main_cpu, 2), "server": round(click_server_cpu, 2)},
+        "click_to_preview_tunnel_ms": {"link": TUNNEL, "n": len(tunnel), "p50": round(pct(tunnel, 0.5), 1),
+                                       "p95": round(pct(tunnel, 0.95), 1),
+                                       "answer_kib_median": round(statistics.median(answer_bytes) / 1024, 1)},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
                     "loadavg_1m_before": load_before, "loadavg_1m_after": round(os.getloadavg()[0], 2)},
-        "command": "python bench/bench_page.py --clicks %d --loads %d" % (args.clicks, args.loads),
+        "command": "python bench/bench_page.py --clicks %d --loads %d --tunnel-clicks %d" % (
+            args.clicks, args.loads, args.tunnel_clicks),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -18,7 +18,8 @@ const state = {
   view: null,        // the last response
   locs: {},
   lang: "en",
-  cache: {},         // region → JSON drawn last (skip unchanged regions)
+  cache: {},         // region → {value, json} drawn last (skip unchanged regions)
+  held: {},          // answer part → its tag, for the parts state.view holds (withParts)
   rev: 0,
   complete: false,   // steps 2-6 are in the document (they come after the first screen is drawn)
 };
@@ -82,10 +83,43 @@ function send(action, errorPrefix = "") {
 const TAIL_SENT = 2; // lab/history_tail.py TAIL_SENT (tests/lab/test_history_tail.py ties the two)
 
 function requestBody(action, ws) {
+  const held = state.view ? state.held : undefined; // the parts this page can keep (lab/web/answer_parts.py)
   // No workspace yet, or a stored one the server must judge whole (it answers what is wrong with it).
-  if (!ws || !Array.isArray(ws.undo) || !Array.isArray(ws.redo)) return { workspace: ws, action, lang: state.lang };
+  if (!ws || !Array.isArray(ws.undo) || !Array.isArray(ws.redo)) return { workspace: ws, action, lang: state.lang, held };
   const sent = { b: ws.b, a: ws.a, undo: ws.undo.slice(-TAIL_SENT), redo: ws.redo.slice(-TAIL_SENT) };
-  return { workspace: sent, history: { undo: ws.undo.length, redo: ws.redo.length }, action, lang: state.lang };
+  return { workspace: sent, history: { undo: ws.undo.length, redo: ws.redo.length }, action, lang: state.lang, held };
+}
+
+// The answer leaves out the parts whose tags the request held (`same`): this page's copies stand
+// in for them, the very same objects, so drawing skips them at a glance (`changed`). A part of texts
+// (the files) may come as line patches against this page's copy (`patch`).
+function withParts(data) {
+  const same = Array.isArray(data.same) && state.view ? data.same : [];
+  const patch = data.patch && state.view ? data.patch : {};
+  const kept = {};
+  for (const k of same) kept[k] = state.held[k];
+  state.held = { ...kept, ...(data.tags || {}) };
+  if (!same.length && !Object.keys(patch).length) return data;
+  const v = { ...data };
+  for (const k of same) v[k] = state.view[k];
+  for (const [k, p] of Object.entries(patch)) v[k] = patchTexts(state.view[k], p.texts);
+  return v;
+}
+
+const textLines = (text) => text.match(/[^\n]*\n|[^\n]+$/g) || []; // lab/web/answer_parts.py lines
+
+// {name: ops}: each text from the held one, lines [i, j) giving way to the lines sent (answer_parts.text_ops).
+function patchTexts(held, texts) {
+  const out = {};
+  for (const [name, ops] of Object.entries(texts)) {
+    const old = textLines(held?.[name] ?? "");
+    const parts = [];
+    let at = 0;
+    for (const [i, j, lines] of ops) { parts.push(...old.slice(at, i), ...lines); at = j; }
+    parts.push(...old.slice(at));
+    out[name] = parts.join("");
+  }
+  return out;
 }
 
 function withHistory(ws, data) {
@@ -123,16 +157,23 @@ function receive({ ok, data }, errorPrefix = "") {
     return false;
   }
   hideError();
-  state.ws = withHistory(state.ws, data);
+  const v = withParts(data);
+  state.ws = withHistory(state.ws, v);
   try { localStorage.setItem(STORE_KEY, JSON.stringify(state.ws)); } catch { /* storage full: keep going */ }
-  draw(data);
+  draw(v);
   setStatus("status_idle");
-  return data;
+  return v;
 }
 
+// "Working…" shows only for an answer that keeps the user waiting: drawing it for every click would
+// cost a frame of layout and paint while the answer is computed, on the same cores.
+const BUSY_AFTER_MS = 150;
+
 async function doSend(action, errorPrefix) {
-  setStatus("status_busy");
-  return receive(await request(action, state.ws), errorPrefix);
+  const busy = setTimeout(() => setStatus("status_busy"), BUSY_AFTER_MS);
+  const answer = await request(action, state.ws);
+  clearTimeout(busy);
+  return receive(answer, errorPrefix);
 }
 
 function formatDetail(data) {
@@ -151,7 +192,13 @@ function showError(msg) {
   el.hidden = false;
 }
 function hideError() { $("#error").hidden = true; }
-function setStatus(key) { const el = $("#status"); el.dataset.i18n = key; el.textContent = tr(key); }
+function setStatus(key) {
+  const el = $("#status");
+  const text = tr(key);
+  if (el.dataset.i18n === key && el.textContent === text) return; // an unchanged line costs no frame
+  el.dataset.i18n = key;
+  el.textContent = text;
+}
 
 // The import report of the last launch script loaded: every difference between its train command
 // and the rendered one, with the reason the server gives (lab/import_script.py).
@@ -187,9 +234,11 @@ function toast(msg) {
 const getPath = (obj, path) => path.split(".").reduce((o, k) => (o == null ? o : o[k]), obj);
 
 function changed(region, value) {
-  const s = JSON.stringify(value);
-  if (state.cache[region] === s) return false;
-  state.cache[region] = s;
+  const last = state.cache[region];
+  if (last && last.value === value && value !== undefined) return false; // a part the answer left out
+  const json = JSON.stringify(value);
+  if (last && last.json === json) { last.value = value; return false; }
+  state.cache[region] = { value, json };
   return true;
 }
 

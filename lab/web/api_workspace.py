@@ -24,6 +24,10 @@ Bad input (an unknown field, a value the model refuses, a broken share link or J
 4xx whose `detail[0].loc` ends with the field path and whose `msg` says what is wrong; the page
 then keeps the state it had.
 
+Every answer carries `tags` (a hash of each large part's JSON) and `same`: the parts left out
+because the request's `held` named them with the same tag; the page keeps its copy of those
+(lab/web/answer_parts.py).
+
 GET /api/grpo-example: the walkthrough's worked example (lab/core/grpo_example.py).
 """
 from __future__ import annotations
@@ -44,6 +48,7 @@ from lab.core.messages import text as msg
 from lab.core.workspace import Workspace
 from lab.rules import edit
 from lab.rules.open_share import open_share_link
+from lab.web.answer_parts import Held, encode_answer
 from lab.web.body import read_json
 from lab.web.workspace_view import answer_view, dump, localized, to_json
 
@@ -78,6 +83,9 @@ class WorkspaceRequest(BaseModel):
                                            "tops of the page's stacks and these are their full lengths; the answer "
                                            "then says how each stack changed (lab/core/history_tail.py).")
     action: Action
+    held: Held | None = Field(None, description="The tags of the answer parts the page holds (an earlier answer's "
+                              "`tags`): a part whose tag is unchanged is left out of the answer and "
+                              "named in its `same` (lab/web/answer_parts.py).")
     lang: Literal["en", "zh"] = Field("en", description="Language of the findings, repairs, change reasons and memory "
                                                      "texts in the answer (the workspace and the files stay English).")
 
@@ -206,7 +214,7 @@ def _answer(ws: Workspace, req: WorkspaceRequest) -> Any:
     report = _IMPORT_REPORT.get()
     if report is not None:  # every difference between the script's train command and the rendered one
         answer["import_report"] = [item.as_dict(req.lang) for item in report]
-    return AnswerResponse(localized(answer, req.lang, tops), encoded)
+    return AnswerResponse(localized(answer, req.lang, tops), encoded, req.held)
 
 
 class AnswerResponse(JSONResponse):
@@ -214,18 +222,21 @@ class AnswerResponse(JSONResponse):
     fraction of its time for an answer of ~100 KB. UTF-8, not ASCII-escaped, as JSONResponse. A
     non-finite number (none is computed) would be written as null, never as invalid JSON.
     `encoded`: {key: (value, its JSON)} made before; a part that is still that very value (not a
-    translated copy) is written from those bytes."""
+    translated copy) is written from those bytes. `held`: the tags of the parts the page holds; those
+    parts are left out (lab/web/answer_parts.py)."""
 
-    def __init__(self, content: Any, encoded: dict[str, tuple[Any, bytes]] | None = None) -> None:
+    def __init__(self, content: Any, encoded: dict[str, tuple[Any, bytes]] | None = None,
+                 held: dict[str, str] | None = None) -> None:
         self._encoded = encoded or {}
+        self._held = held
         super().__init__(content)
 
+    def _part(self, key: str, value: Any) -> bytes:
+        known = self._encoded.get(key)
+        return known[1] if known is not None and known[0] is value else to_json(value)
+
     def render(self, content: Any) -> bytes:
-        parts = []
-        for key, value in content.items():
-            known = self._encoded.get(key)
-            parts.append(to_json(key) + b":" + (known[1] if known is not None and known[0] is value else to_json(value)))
-        return b"{" + b",".join(parts) + b"}"
+        return encode_answer(content, self._held, self._part)
 
 
 def check_workspace(ws: Workspace, lang: str) -> None:

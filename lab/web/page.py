@@ -130,14 +130,17 @@ def _json_block(data: Any) -> Markup:
 
 
 def boot_view() -> dict[str, Any] | None:
-    """The API's answer to `view` for a fresh workspace in English: what a first visit draws.
+    """The API's answer to `view` for a fresh workspace in English: what a first visit draws, with
+    the tags of its parts, so that the first click already leaves out what the page holds.
 
     None when it cannot be computed: the page then asks the API, which reports the error itself."""
     from lab.rules.edit import fresh_workspace
-    from lab.web.workspace_view import view
+    from lab.web.answer_parts import part_tags
+    from lab.web.workspace_view import to_json, view
 
     try:
-        return view(fresh_workspace())
+        first = view(fresh_workspace())
+        return {**first, "tags": part_tags(first, lambda _key, value: to_json(value))}
     except Exception:  # noqa: BLE001 - the page must still be served; its first request shows the error
         return None
 

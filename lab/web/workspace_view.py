@@ -5,6 +5,9 @@ computed entirely by the rules, renderers and estimators, so the page holds no r
      "files", "ab_diff", "share_link", "last_change", "history_labels", "repairs", "provenance",
      "image", "folded", "diagrams", "placement_plan", "placement_lines"}
 
+and, as the answer goes out, `tags`, `same` and `patch` (lab/web/answer_parts.py: the parts the page
+already holds are left out).
+
 Texts are keys with parameters until this edge: `localized` renders findings, change reasons,
 repair titles, history labels and memory names in the request's language (lab/core/messages.py).
 

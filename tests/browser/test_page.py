@@ -273,3 +273,40 @@ def test_the_memory_panel_shows_a_few_mib_as_under_a_tenth_of_a_gib_never_zero(n
     assert not [r for r in rows if r[-1] in ("0.0", "0")
                 and "Adam" not in r[0]], rows  # Adam reads 0 only when CPU Adam holds it in host memory
     assert_clean(page)
+
+
+def test_files_rebuilt_from_line_patches_equal_the_rendered_files(new_page):
+    """After the first answer, the files come as line patches against the page's copy (and the parts
+    it holds unchanged are left out): after edits, a file that appears (external engines bring
+    serving-reference.sh), undo, redo and a language switch, every preview is the file the server
+    renders for the stored experiment, byte for byte."""
+    from lab.web.export import experiment_files
+
+    page = new_page()
+    answers: list[dict] = []
+    page.on("response", lambda r: answers.append(r.json()) if r.url.endswith("/api/workspace") and r.ok else None)
+
+    def previews() -> dict[str, str]:
+        return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('details.preview')]
+            .filter((d) => !d.hidden).map((d) => [d.dataset.file, d.querySelector('pre').textContent]))""")
+
+    def check() -> None:
+        files = experiment_files(Experiment.model_validate(stored_workspace(page)["b"]))
+        assert previews() == files
+
+    steps = [
+        lambda: field(page, "task.num_rollout").fill("37") or field(page, "task.num_rollout").press("Enter"),
+        lambda: field(page, "placement.ownership").select_option("external"),
+        lambda: page.locator("#undo").click(),
+        lambda: page.locator("#redo").click(),
+        lambda: field(page, "model.recipe").select_option("glm4.7-flash"),
+        lambda: page.locator("#lang").select_option("zh"),
+        lambda: field(page, "task.num_rollout").fill("38") or field(page, "task.num_rollout").press("Enter"),
+    ]
+    for step in steps:
+        act(page, step)
+        check()
+    patched = [a for a in answers if "files" in a["patch"]]
+    assert len(patched) >= len(steps) - 2 and all("files" not in a for a in patched)
+    assert any(a["same"] for a in answers)
+    assert_clean(page)

@@ -15,7 +15,8 @@ from lab.web.app import create_app
 
 KEYS = {"workspace", "findings", "a_findings", "derived", "memory", "layout", "commands", "files",
         "render_error", "ab_diff", "share_link", "share_link_ab", "recipe", "last_change", "history_labels",
-        "repairs", "provenance", "image", "folded", "diagrams", "placement_plan", "placement_lines"}
+        "repairs", "provenance", "image", "folded", "diagrams", "placement_plan", "placement_lines",
+        "tags", "same", "patch"}  # the last three: lab/web/answer_parts.py
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 

@@ -11,6 +11,7 @@ from lab.core.history_tail import TAIL_SENT
 from lab.core.recipes import REPO_ROOT
 from lab.core.workspace import MAX_HISTORY
 from lab.web.app import create_app
+from tests.page_protocol import actions, applied, tail_request
 
 
 @pytest.fixture(scope="module")
@@ -18,52 +19,20 @@ def client() -> TestClient:
     return TestClient(create_app(), base_url="http://127.0.0.1")
 
 
-def _tail_request(ws: dict, action: dict, lang: str = "en") -> dict:
-    """What the page sends (lab/static/app.js)."""
-    sent = {"b": ws["b"], "a": ws["a"], "undo": ws["undo"][-TAIL_SENT:], "redo": ws["redo"][-TAIL_SENT:]}
-    return {"workspace": sent, "history": {"undo": len(ws["undo"]), "redo": len(ws["redo"])}, "action": action,
-            "lang": lang}
-
-
-def _applied(ws: dict, answer: dict) -> dict:
-    """What the page stores after the answer: B and A from it, each stack changed as it says."""
-    h = answer["history"]
-    return {**answer["workspace"],
-            **{side: ws[side][h[side]["start"]:h[side]["stop"]] + h[side]["push"] for side in ("undo", "redo")}}
-
-
-def _actions(rng: random.Random):
-    edits = [("task.num_rollout", lambda: rng.randint(1, 50)), ("rollout.temperature", lambda: rng.choice([0.6, 0.8, 1.0])),
-             ("placement.ownership", lambda: rng.choice(["colocated", "disaggregated"])),
-             ("model.recipe", lambda: rng.choice(["glm4-9b", "qwen3.8-27b"]))]
-    while True:
-        r = rng.random()
-        if r < 0.5:
-            path, value = rng.choice(edits)
-            yield {"type": "edit", "path": path, "value": value()}
-        elif r < 0.7:
-            yield {"type": "undo"}
-        elif r < 0.82:
-            yield {"type": "redo"}
-        else:
-            yield rng.choice([{"type": "reset"}, {"type": "save_a"}, {"type": "restore_a"}, {"type": "clear_a"},
-                              {"type": "adopt_grpo"}, {"type": "view"}])
-
-
 def test_the_tops_and_the_stack_changes_give_the_workspace_the_whole_history_gives(client):
     rng = random.Random(11)
     full = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
     page = dict(full)
-    actions = _actions(rng)
+    steps = actions(rng)
     for step in range(160):
-        action = next(actions)
+        action = next(steps)
         a = client.post("/api/workspace", json={"workspace": full, "action": action})
-        b = client.post("/api/workspace", json=_tail_request(page, action))
+        b = client.post("/api/workspace", json=tail_request(page, action))
         assert a.status_code == b.status_code, (step, action, b.text[:300])
         if a.status_code != 200:  # e.g. restore_a without A: both refuse, nothing changes
             continue
         va, vb = a.json(), b.json()
-        full, page = va["workspace"], _applied(page, vb)
+        full, page = va["workspace"], applied(page, vb)
         assert page == full, (step, action)
         assert set(vb["workspace"]) == {"b", "a"}
         for key in ("history_labels", "last_change", "findings", "files", "share_link"):
@@ -74,9 +43,9 @@ def test_the_tops_and_the_stack_changes_give_the_workspace_the_whole_history_giv
 def test_the_oldest_entry_goes_when_the_history_is_full_and_only_the_tops_were_sent(client):
     ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
     for i in range(MAX_HISTORY + 3):
-        answer = client.post("/api/workspace", json=_tail_request(ws, {"type": "edit", "path": "task.num_rollout",
+        answer = client.post("/api/workspace", json=tail_request(ws, {"type": "edit", "path": "task.num_rollout",
                                                                        "value": 100 + i})).json()
-        ws = _applied(ws, answer)
+        ws = applied(ws, answer)
     assert len(ws["undo"]) == MAX_HISTORY
     assert [e["changes"][0]["new"] for e in ws["undo"][:2]] == [103, 104]
     assert answer["history"]["undo"]["start"] == 1 and len(answer["history"]["undo"]["push"]) == 1
@@ -88,13 +57,13 @@ def test_the_request_no_longer_grows_with_the_history(client):
     ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
     sizes = {}
     for i in range(MAX_HISTORY):
-        ws = _applied(ws, client.post("/api/workspace", json=_tail_request(
+        ws = applied(ws, client.post("/api/workspace", json=tail_request(
             ws, {"type": "edit", "path": "task.num_rollout", "value": 100 + i})).json())
         if len(ws["undo"]) in (2, MAX_HISTORY):
-            sizes[len(ws["undo"])] = len(json.dumps(_tail_request(ws, {"type": "undo"})))
+            sizes[len(ws["undo"])] = len(json.dumps(tail_request(ws, {"type": "undo"})))
     assert abs(sizes[MAX_HISTORY] - sizes[2]) < 16  # the lengths' digits and the values differ, nothing else
     body = {"workspace": ws, "action": {"type": "edit", "path": "task.num_rollout", "value": 7}}
-    tail = _tail_request(ws, body["action"])
+    tail = tail_request(ws, body["action"])
     assert len(json.dumps(tail)) * 8 < len(json.dumps(body))
     full_answer = client.post("/api/workspace", json=body)
     tail_answer = client.post("/api/workspace", json=tail)
@@ -104,9 +73,9 @@ def test_the_request_no_longer_grows_with_the_history(client):
 def test_undo_labels_the_next_entry_from_the_second_top_it_was_sent(client):
     ws = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()["workspace"]
     for path, value in (("task.num_rollout", 9), ("rollout.temperature", 0.6), ("task.num_rollout", 10)):
-        ws = _applied(ws, client.post("/api/workspace", json=_tail_request(
+        ws = applied(ws, client.post("/api/workspace", json=tail_request(
             ws, {"type": "edit", "path": path, "value": value})).json())
-    answer = client.post("/api/workspace", json=_tail_request(ws, {"type": "undo"}, "zh")).json()
+    answer = client.post("/api/workspace", json=tail_request(ws, {"type": "undo"}, "zh")).json()
     assert answer["history_labels"]["undo"] == "rollout.temperature" and answer["history_labels"]["redo"]
     assert answer["last_change"]["undone"] is True
 
