@@ -53,9 +53,12 @@ _SENT_TEXTS: Memo[Mapping[str, str]] = Memo(64)
 _PATCHES: Memo[bytes] = Memo(64)
 
 
+LINE = r"[^\n]*\n|[^\n]+$"  # app.js textLines uses this very pattern (a test ties the two)
+
+
 def lines(text: str) -> list[str]:
     """`text` cut after each "\n" (the page cuts it the same way: app.js textLines)."""
-    return re.findall(r"[^\n]*\n|[^\n]+$", text)
+    return re.findall(LINE, text)
 
 
 def text_ops(old: str, new: str) -> list[tuple[int, int, list[str]]]:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 from fastapi.testclient import TestClient
 
-from lab.web.answer_parts import TAG_MIN, apply_ops, lines, tag, text_ops
+from lab.core.recipes import REPO_ROOT
+from lab.web.answer_parts import LINE, TAG_MIN, apply_ops, lines, tag, text_ops
 from lab.web.app import create_app
 from lab.web.page import boot_view
 from lab.web.workspace_view import to_json
@@ -111,3 +113,9 @@ def test_the_first_answer_inside_the_page_carries_the_tags_the_api_gives():
     client = TestClient(create_app(), base_url="http://127.0.0.1")
     api = client.post("/api/workspace", json={"workspace": None, "action": {"type": "view"}}).json()
     assert inline["tags"] == api["tags"]
+
+
+def test_the_page_cuts_lines_with_the_servers_pattern():
+    js = (REPO_ROOT / "lab" / "static" / "app.js").read_text()
+    m = re.search(r"^const textLines = \(text\) => text\.match\(/(.+?)/g\)", js, re.M)
+    assert m and m.group(1) == LINE
