@@ -33,9 +33,11 @@ tqdm, typing-extensions) are on the image. Together that is more than one device
 to carry in which call. The calls install into the same ``/tmp/site`` of one warm machine (it is
 given back 30 s after a call: make the calls back to back); the last one runs the tests:
 
-    call 1 (carry .whl/call1): python3 -m pip install -q --no-index --no-deps --no-compile --upgrade \
-                                   --target /tmp/site .whl/call1/*.whl
+    call 1 (carry .whl/call1): bash tools/install_wheels.sh /tmp/site .whl/call1/*.whl
     call 2 (carry .whl/call2): bash tools/run_gpu_tests.sh --part 3   # installs .whl/call*/ it finds
+
+(tools/install_wheels.sh, not pip's own ``--upgrade --target``: that replaces the target's ``bin/``
+whole, and a second set with commands of its own would take away the first set's ``ray``.)
 
 ``--lzma`` recompresses the members of wheels over 8 MiB with LZMA (pip reads any zip method the
 stdlib reads; z3-solver: 27.9 -> 19.9 MiB, installed and imported), which can save a call.
@@ -184,8 +186,7 @@ def write_calls(out: Path, wheels: list[Path], budget_bytes: int) -> list[list[s
         last = i == len(calls)
         lines.append(f"call {i}: carry {carry}/call{i} ({size / 2**20:.1f} MiB, {len(names)} wheels)"
                      + ("; then run the tests: bash tools/run_gpu_tests.sh --part N" if last else
-                        "; install only: python3 -m pip install -q --no-index --no-deps --no-compile --upgrade "
-                        f"--target /tmp/site {carry}/call{i}/*.whl"))
+                        f"; install only: bash tools/install_wheels.sh /tmp/site {carry}/call{i}/*.whl"))
     (out / "plan.txt").write_text("\n".join(lines) + "\n")
     return calls
 

@@ -33,8 +33,7 @@ finish() {
 }
 trap finish EXIT
 if compgen -G ".whl/*.whl" >/dev/null && [[ ! -d /tmp/site/ray ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    || { echo "installing the carried wheels failed" >&2; exit 3; }
+  bash tools/install_wheels.sh /tmp/site .whl/*.whl || { echo "installing the carried wheels failed" >&2; exit 3; }
 fi
 if [[ -d /tmp/site ]]; then
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:${PYTHONPATH}}" PATH="/tmp/site/bin:$PATH"

@@ -54,8 +54,7 @@ for w in "${WHEELS[@]}"; do
   grep -qxF "$(basename "$w")" "$STAMP" 2>/dev/null || NEW+=("$w")
 done
 if [ ${#NEW[@]} -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "${NEW[@]}" \
-    || { echo "installing the carried wheels failed" >&2; exit 3; }
+  bash tools/install_wheels.sh /tmp/site "${NEW[@]}" || { echo "installing the carried wheels failed" >&2; exit 3; }
   for w in "${NEW[@]}"; do basename "$w"; done >>"$STAMP"
 fi
 if [ -d /tmp/site ]; then
