@@ -114,8 +114,24 @@ class Refusal(str):
             return str(self)
         return wording(self.code, self.params, lang)
 
-    def __reduce__(self):  # pickles (Ray) as code + params, not as a plain str
-        return (Refusal, (self.code, self.params))
+    def __reduce__(self):  # pickles (Ray) as code + params + text, not as a plain str
+        return (_restored, (self.code, self.params, str(self)))
+
+
+def _restored(code: str, params: dict[str, Any], text: str) -> Refusal:
+    """A Refusal unpickled in another process (a Ray actor's refusal reaching the driver): worded
+    again in this process's language from the catalogue. Never checked against CODES: the module
+    that declares the code (the Megatron backend's, in an actor) may never have been imported
+    here, and a refusal that cannot be read back reaches the user as Ray's "Failed to deserialize
+    exception" instead of its own words. A code the catalogue lacks keeps the text it was made with."""
+    if code in catalogue(DEFAULT_LANG):
+        try:
+            text = wording(code, params, runtime_lang())
+        except (KeyError, IndexError, ValueError):  # params of another runtime's version
+            pass
+    obj = str.__new__(Refusal, text)
+    obj.code, obj.params = code, params
+    return obj
 
 
 class Templates:

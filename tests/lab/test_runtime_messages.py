@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import pickle
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -92,6 +95,24 @@ def test_a_refusal_keeps_its_code_through_pickling_and_prints_its_english():
     assert r == "--min-lr 2.0 must lie in [0, --lr 1.0]"
     back = pickle.loads(pickle.dumps(r))
     assert back.code == "args.min_lr" and back.params == {"min_lr": 2.0, "lr": 1.0} and back == r
+
+
+def test_a_refusal_from_a_module_the_reader_never_imported_unpickles_in_its_own_words():
+    """A Ray actor's refusal reaches a driver that never imported the module declaring its code (the
+    Megatron backend's optimizer-resume refusal, in train.py's driver): it must read back as that
+    refusal, not as Ray's "Failed to deserialize exception"."""
+    from slime.backends.megatron.optimizer_resume import optimizer_resume_refusal
+
+    saved = {"optimizers": 2, "ep": 2}
+    now = {"optimizers": 1, "ep": 1}
+    r = optimizer_resume_refusal(saved, now)
+    assert isinstance(r, Refusal) and r.code == "megatron.resume.optimizer_count"
+    reader = ("import pickle, sys; import slime.refusals as R; r = pickle.loads(sys.stdin.buffer.read()); "
+              "assert 'slime.backends.megatron.optimizer_resume' not in sys.modules; "
+              "print(type(r).__name__, r.code, r.params['ep_saved'], str(r))")
+    out = subprocess.run([sys.executable, "-c", reader], input=pickle.dumps(r), capture_output=True, check=True,
+                         env={**os.environ, LANG_ENV: "en"}).stdout.decode()
+    assert out.strip() == f"Refusal megatron.resume.optimizer_count 2 {r}"
 
 
 def test_parser_refusals_have_codes_too():
