@@ -166,6 +166,8 @@ def run_recipe(recipe: str, repo: Path, head: RayHead, train_args: tuple[str, ..
                            capture_output=True, text=True, timeout=timeout_s)
         seconds[step] = round(time.monotonic() - t0, 1)
         logs[step] = r.stdout + r.stderr
+        # A line per step as it ends: a run cut off by the GPU machine's time limit still says how far it got.
+        print(f"[family-loop] {recipe}: {step} exited {r.returncode} after {seconds[step]} s", flush=True)
         if r.returncode != 0:
             raise AssertionError(f"{recipe}: experiment.sh {step} exited {r.returncode}:\n{logs[step][-6000:]}")
     metrics = repo / "runs" / recipe / "out" / "metrics.jsonl"
