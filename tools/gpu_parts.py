@@ -50,8 +50,8 @@ PARTS: tuple[Part, ...] = (
     Part("families-b", "deepseek_v3, glm_moe_dsa, qwen3_5: round trip, forward vs HF, GRPO step-1 KL 0",
          (_FAM, "-k", _B), 420),
     Part("mtp-critic", "MTP layers (round trip, head vs published formula, frozen unless trained) of 4 families; "
-         "the PPO critic on the GPU with offload",
-         ("tests/gpu/test_mtp_gpu.py", "tests/gpu/test_embedded_critic_gpu.py"), 420),
+         "the PPO critic on the GPU with offload; offload's host buffers kept between steps",
+         ("tests/gpu/test_mtp_gpu.py", "tests/gpu/test_embedded_critic_gpu.py", "tests/gpu/test_offload_gpu.py"), 420),
     Part("engine-memory", "embedded engine (graph decoding, bf16 default); memory estimates (Megatron 1.5B / 7B-16L, "
          "engine)",
          ("tests/gpu/test_embedded_engine_gpu.py", "tests/gpu/test_memory_estimate_gpu.py"), 360),

@@ -5,6 +5,10 @@ resized to 0 bytes in place; gradients are dropped (every step zeroes them first
 their identity, so views (Megatron's params and main_grads into its contiguous buffers, the
 optimizer's references) stay valid once the storages are resized back and refilled: the same
 in-place trick FSDP uses, with no allocator hooks (torch_memory_saver is not needed).
+
+The pinned host buffers are kept for the next offload: pinning is a page-locking system call per
+buffer, far slower than the copy itself (tens of GiB of a large trainer took seconds of every
+step), and the same storages, of the same sizes, go out at every step.
 """
 
 from __future__ import annotations
@@ -36,9 +40,29 @@ def optimizer_tensors(opt) -> Iterable[torch.Tensor]:
             yield from (v for v in st.values() if torch.is_tensor(v))
 
 
+class HostBuffers:
+    """Host buffers by size, kept between offloads (pinned where CUDA is present)."""
+
+    def __init__(self) -> None:
+        self._free: dict[int, list[torch.Tensor]] = {}
+        self.allocated = 0  # buffers made, over the pool's life (a test reads it)
+
+    def take(self, nbytes: int) -> torch.Tensor:
+        free = self._free.get(nbytes)
+        if free:
+            return free.pop()
+        self.allocated += 1
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=torch.cuda.is_available())
+
+    def give(self, buf: torch.Tensor) -> None:
+        """Return a buffer once no copy from or into it is pending."""
+        self._free.setdefault(buf.numel(), []).append(buf)
+
+
 class DeviceOffloader:
     def __init__(self) -> None:
         self._saved: list[tuple[torch.UntypedStorage, torch.Tensor | None, int]] = []
+        self._host = HostBuffers()
 
     @property
     def offloaded(self) -> bool:
@@ -61,7 +85,7 @@ class DeviceOffloader:
                 seen.add(ptr)
                 host = None
                 if save:
-                    host = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+                    host = self._host.take(n)
                     host.untyped_storage().copy_(st, non_blocking=True)
                 self._saved.append((st, host, n))
         torch.cuda.synchronize()
@@ -79,5 +103,8 @@ class DeviceOffloader:
             restored += n
         if self._saved:
             torch.cuda.synchronize()
+        for _, host, _ in self._saved:
+            if host is not None:
+                self._host.give(host)  # the copies above are done: the buffer serves the next offload
         self._saved = []
         return restored
