@@ -6,9 +6,10 @@ their identity, so views (Megatron's params and main_grads into its contiguous b
 optimizer's references) stay valid once the storages are resized back and refilled: the same
 in-place trick FSDP uses, with no allocator hooks (torch_memory_saver is not needed).
 
-The pinned host buffers are kept for the next offload: pinning is a page-locking system call per
-buffer, far slower than the copy itself (tens of GiB of a large trainer took seconds of every
-step), and the same storages, of the same sizes, go out at every step.
+The pinned host buffers are kept here for the next offload, by exact size: the same storages go
+out at every step, so from the second step on no memory is pinned (page-locking is far slower
+than the copy), whatever the settings of torch's caching host allocator, which rounds each block
+up to a power of two.
 """
 
 from __future__ import annotations
