@@ -46,6 +46,10 @@ def summarise(run1: list[dict], all_rows: list[dict]) -> dict:
     resumed = ids[len(ids1):]
     out["run2_first_rollout_id"] = resumed[0] if resumed else None
     out["rollouts_logged"] = len(ids)
+    # Each step's timeline (slime/timeline.py): where its seconds went, and its trainer MFU.
+    out["steps"] = [{"rollout_id": r["rollout_id"], "step_s": r["perf/step_time"], "mfu": r.get("perf/mfu"),
+                     "phases_s": {k.removeprefix("phase/"): v for k, v in r.items() if k.startswith("phase/")}}
+                    for r in train]
     return out
 
 
