@@ -212,6 +212,7 @@ class MegatronTrainer:
         self.config.grad_scale_func = self.optimizer.scale_loss
         self.iteration = 0
         self.ref_state: dict[str, torch.Tensor] | None = None
+        self._ref_backup: dict[str, torch.Tensor] | None = None  # the actor's weights during a reference pass
         # Sub-phases of train() (slime/timeline.py); each reading waits for the queued kernels.
         self.clock = PhaseClock(torch.cuda.synchronize if torch.cuda.is_available() else None)
 
@@ -253,13 +254,29 @@ class MegatronTrainer:
         tp = self.ps.get_tensor_model_parallel_world_size()
         return tp if self.config.sequence_parallel else 1
 
-    def _snapshot(self) -> dict[str, torch.Tensor]:
-        return {n: p.detach().to("cpu", copy=True) for n, p in mm.unwrap(self.model).named_parameters()}
+    @torch.no_grad()
+    def _snapshot(self, into: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+        """The parameters, copied to host memory: pinned on a GPU, where pageable copies of a
+        3B model's weights took seconds each way (the reference pass makes three). `into`: an
+        earlier snapshot whose buffers are filled again instead of allocated (and pinned) anew."""
+        cuda = self.device.type == "cuda"
+        out: dict[str, torch.Tensor] = {}
+        for n, p in mm.unwrap(self.model).named_parameters():
+            buf = into.get(n) if into is not None else None
+            if buf is None or buf.shape != p.shape or buf.dtype != p.dtype:
+                buf = torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=cuda)
+            buf.copy_(p.detach(), non_blocking=cuda)
+            out[n] = buf
+        if cuda:
+            torch.cuda.synchronize()  # the buffers hold the weights before anyone reads them
+        return out
 
     @torch.no_grad()
     def _restore(self, state: Mapping[str, torch.Tensor]) -> None:
         for n, p in mm.unwrap(self.model).named_parameters():
-            p.copy_(state[n].to(p.device, non_blocking=True))
+            p.copy_(state[n], non_blocking=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()  # `state`'s buffers may be refilled as soon as this returns
 
     # -- log-probs from logits ----------------------------------------------------------------------
     def _response_log_probs(self, logits: torch.Tensor, pack: Pack, with_entropy: bool = False):
@@ -347,7 +364,7 @@ class MegatronTrainer:
         self.model.eval()
         backup = None
         if use_ref:
-            backup = self._snapshot()
+            backup = self._ref_backup = self._snapshot(into=self._ref_backup)
             assert self.ref_state is not None  # log_probs() refused use_ref without one
             self._restore(self.ref_state)
         try:
