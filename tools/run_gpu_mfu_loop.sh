@@ -8,6 +8,8 @@
 # Then convert -> check -> ray start -> train (ROLLOUTS rollouts, no evaluation, no checkpoint).
 #
 #   bash tools/run_gpu_mfu_loop.sh [PROMPT_DIGITS=500] [ROLLOUTS=5]
+#   PROFILE_CALL=2 bash tools/run_gpu_mfu_loop.sh 500 4   # + torch.profiler of the 2nd train call
+#                                                          #   (slime/profiling.py; tables in profile/)
 #
 # Same environment as tools/run_gpu_loop.sh (carried wheels in .whl/, its own Ray head on
 # 127.0.0.1, stopped at the end). Logs and metrics go to runs/gpu-mfu/; with $OUT set, packed there
@@ -20,6 +22,9 @@ OUT_DIR=runs/gpu-mfu
 SUMMARY=mfu_summary.json
 # shellcheck source=tools/gpu_env.sh
 source tools/gpu_env.sh
+if [[ -n "${PROFILE_CALL:-}" ]]; then  # the trainer actors inherit it from `ray start` below
+  export SLIME_PROFILE_DIR="$PWD/$OUT_DIR/profile" SLIME_PROFILE_CALL="$PROFILE_CALL"
+fi
 
 WORK=runs/tiny-gpu
 SPEC=bench/shapes/dense-3b-tinyvocab.sh

@@ -42,6 +42,7 @@ from slime.backends.megatron.optimizer_resume import LAYOUT_FILE, LAYOUT_KEYS, o
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.model_spec import flag_bool, flag_int
+from slime.profiling import CallProfiler
 from slime.timeline import PhaseClock, trainer_metrics
 from slime.training import lr_schedule
 from slime.training.advantages import needs_token_advantages, sc_advantages, token_advantages
@@ -213,6 +214,7 @@ class MegatronTrainer:
         self.iteration = 0
         self.ref_state: dict[str, torch.Tensor] | None = None
         self._ref_backup: dict[str, torch.Tensor] | None = None  # the actor's weights during a reference pass
+        self._profiler = CallProfiler("megatron_train")
         # Sub-phases of train() (slime/timeline.py); each reading waits for the queued kernels.
         self.clock = PhaseClock(torch.cuda.synchronize if torch.cuda.is_available() else None)
 
@@ -386,6 +388,10 @@ class MegatronTrainer:
     def train(self, records: list[TrainRecord], num_steps: int) -> dict[str, float]:
         """``num_steps`` optimizer steps over this rollout's records (same contract as the
         embedded trainer: old log-probs are taken before the first update)."""
+        with self._profiler(dist.get_rank() if dist.is_initialized() else 0):  # slime/profiling.py (unset: nothing)
+            return self._train(records, num_steps)
+
+    def _train(self, records: list[TrainRecord], num_steps: int) -> dict[str, float]:
         t0 = time.time()
         self.clock.reset()
         # This DP rank's records per optimizer step. Old (and reference) log-probs are computed
