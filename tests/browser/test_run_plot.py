@@ -103,3 +103,22 @@ def test_a_file_from_before_the_timeline_says_it_has_none_and_still_plots_mfu(ne
     assert got["absent"] == ["phases"] and got["bars"] == []
     assert got["series"]["mfu:perf/mfu"] > 0
     assert_clean(page)
+
+
+def test_a_gpu_runs_file_plots_its_mfu_and_names_its_largest_phase(new_page):
+    gpu = FIXTURE.parent / "gpu_3b_timeline.jsonl"
+    rows = [json.loads(line) for line in gpu.read_text().splitlines()]
+    page = new_page(width=1280, height=1000)
+    page.locator('[data-goto="step-6"]').first.click()
+    page.set_input_files("#run-file", str(gpu))
+    wait_until(page, f"document.querySelector('#run-charts').dataset.plotted === '{len(rows)}'")
+    got = _plotted(page)
+    assert not any("eval/held_out" in r for r in rows)
+    assert got["absent"] == ["eval"]  # that run had evaluation off: said, not drawn empty
+    assert got["series"]["mfu:perf/mfu"] == sum("perf/mfu" in r for r in rows) > 0
+    for bar, row in zip(got["bars"], rows):
+        assert bar["phases"] == [p for p in PHASES if row.get(f"phase/{p}", 0) > 0]
+    assert got["largest"] == run_summary(rows)["largest"]
+    tallest = max(range(len(rows)), key=lambda i: rows[i]["perf/step_time"])
+    assert max(got["bars"], key=lambda b: b["height"])["step"] == rows[tallest]["step"]
+    assert_clean(page)
