@@ -18,6 +18,15 @@ ENV_DIR = "SLIME_PROFILE_DIR"
 ENV_CALL = "SLIME_PROFILE_CALL"
 
 
+def call_wanted() -> int:
+    """The call SLIME_PROFILE_CALL names (default 2)."""
+    raw = (os.environ.get(ENV_CALL) or "2").strip()
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{ENV_CALL}={raw!r}: name the train call to profile as a whole number from 1 "
+                         "(2, the default, is the first call after warm-up)")
+    return int(raw)
+
+
 class CallProfiler:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -27,7 +36,7 @@ class CallProfiler:
     def __call__(self, rank: int) -> Iterator[None]:
         self.calls += 1
         out = os.environ.get(ENV_DIR)
-        if not out or self.calls != int(os.environ.get(ENV_CALL) or 2):
+        if not out or self.calls != call_wanted():
             yield
             return
         import torch
@@ -37,7 +46,7 @@ class CallProfiler:
         activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
         with profile(activities=activities) as prof:
             yield
-        table = prof.key_averages().table(sort_by="self_cuda_time_total" if cuda else "self_cpu_time_total",
+        table = prof.key_averages().table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
                                           row_limit=60)
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)

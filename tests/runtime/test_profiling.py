@@ -35,3 +35,12 @@ def test_without_the_variable_nothing_is_written(tmp_path, monkeypatch):
         with p(rank=0):
             _work()
     assert p.calls == 3 and list(tmp_path.iterdir()) == []
+
+
+def test_a_call_number_that_is_not_one_names_the_variable_and_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv(ENV_DIR, str(tmp_path))
+    for bad in ("second", "0", "-1"):
+        monkeypatch.setenv(ENV_CALL, bad)
+        with pytest.raises(ValueError, match=f"{ENV_CALL}=.*whole number from 1"):
+            with CallProfiler("train")(rank=0):
+                _work()
