@@ -1,7 +1,8 @@
 """The Megatron trainer's reference pass (KL loss): it runs the frozen reference weights and then
 hands the actor its own weights back, bit for bit, every step; the buffers that hold the actor's
 weights meanwhile are filled again, not made anew (pinned host memory on a GPU, where pageable
-copies of a 3B model cost seconds). One gloo rank on the CPU, the tiny-cpu recipe's model."""
+copies of a 3B model cost seconds). One gloo rank on the CPU, the tiny-cpu recipe's model. The same
+run sets SLIME_PROFILE_DIR (slime/profiling.py): the trainer's second train call leaves its table."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_the_reference_pass_gives_the_actor_its_weights_back_and_reuses_its_buff
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port),
+           "MASTER_PORT": str(port), "SLIME_PROFILE_DIR": str(tmp_path / "profile"), "SLIME_PROFILE_CALL": "2",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     out = tmp_path / "res.json"
     r = subprocess.run([sys.executable, __file__, str(tmp_path / "model"), str(out)], capture_output=True,
@@ -91,6 +92,9 @@ def test_the_reference_pass_gives_the_actor_its_weights_back_and_reuses_its_buff
     for i, step in enumerate(res["steps"]):
         assert all(step.values()), f"step {i + 1}: {step}"
     assert res["backup_buffers_reused"], res
+    tables = sorted((tmp_path / "profile").iterdir())
+    assert [t.name for t in tables] == ["megatron_train_call2_rank0.txt"]
+    assert "aten::" in tables[0].read_text()
 
 
 if __name__ == "__main__":
