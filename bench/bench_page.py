@@ -167,8 +167,10 @@ def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int
         cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": TUNNEL["rtt_ms"],
                                                       "downloadThroughput": TUNNEL["mbit_s"] * 1e6 / 8,
                                                       "uploadThroughput": TUNNEL["mbit_s"] * 1e6 / 8})
-        answer_bytes: list[float] = []
+        answer_bytes: list[float] = []  # by POST (the bytes on the wire) or over the workspace socket (the frame's)
         cdp.on("Network.loadingFinished", lambda e: answer_bytes.append(e["encodedDataLength"]))
+        cdp.on("Network.webSocketFrameReceived",
+               lambda e: answer_bytes.append(len(e["response"]["payloadData"].encode("utf-8"))))
         tunnel = [page.evaluate(CLICK_JS, targets[i % len(targets)]) for i in range(args.tunnel_clicks)]
         ctx.close()
         browser.close()
@@ -187,7 +189,8 @@ def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int
         "click_cpu_ms_per_click": {"renderer_main_thread": round(click_main_cpu, 2), "server": round(click_server_cpu, 2)},
         "click_to_preview_tunnel_ms": {"link": TUNNEL, "n": len(tunnel), "p50": round(pct(tunnel, 0.5), 1),
                                        "p95": round(pct(tunnel, 0.95), 1),
-                                       "answer_kib_median": round(statistics.median(answer_bytes) / 1024, 1)},
+                                       "answer_kib_median": round(statistics.median(answer_bytes) / 1024, 1)
+                                       if answer_bytes else None},
         "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
                     "loadavg_1m_before": load_before, "loadavg_1m_after": round(os.getloadavg()[0], 2)},
         "command": "python bench/bench_page.py --clicks %d --loads %d --tunnel-clicks %d" % (

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from lab.core import messages
-from lab.web import api, api_runs, api_workspace, docs_route, guard, page
+from lab.web import api, api_runs, api_socket, api_workspace, docs_route, guard, page
 from lab.web.body import MAX_BODY_BYTES, request_lang
 from lab.web.static_files import StaticFiles
 
@@ -42,6 +42,7 @@ def create_app(host: str = "127.0.0.1", allow_hosts: Iterable[str] = (), openapi
         return JSONResponse(status_code=500, content={"detail": [{"loc": [], "msg": msg, "type": "input.internal"}]})
 
     app.include_router(api_workspace.router)  # first: nearly every request is an edit, matched by the first route tried
+    app.include_router(api_socket.router)
     app.include_router(api.router)
     app.include_router(api_runs.router)
     app.include_router(page.router)

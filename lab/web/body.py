@@ -72,7 +72,12 @@ async def read_bytes(request: Request, lang: str, limit: int = MAX_BODY_BYTES) -
 async def read_json(request: Request, model: type[M], lang: str | None = None, limit: int = MAX_BODY_BYTES) -> M:
     """The body as `model` (413 / 400 / 422 as described above)."""
     lang = lang or request_lang(request)
-    raw = await read_bytes(request, lang, limit)
+    return parse_json(await read_bytes(request, lang, limit), model, lang)
+
+
+def parse_json(raw: bytes | str, model: type[M], lang: str) -> M:
+    """Read bytes as `model` (400 / 422 as described above): the body reader after the size cap, and
+    the reader of a message on the workspace socket (lab/web/api_socket.py)."""
     try:
         data = loads(raw)
     except JSONInputError as exc:

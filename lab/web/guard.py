@@ -4,6 +4,8 @@
   given with `--allow-host`. A DNS-rebinding page reaches the lab under its own host name, which is
   refused here (400), so it cannot drive the lab even though its requests arrive on loopback.
 - Origin: a request that carries an Origin must come from the lab's own page (403).
+- WebSocket handshakes (the workspace socket, lab/web/api_socket.py): the same Host and Origin
+  checks; a refused handshake is closed before it is accepted (the client sees 403).
 - POST bodies must be `application/json` (415): a cross-site form or `text/plain` fetch cannot be
   sent as JSON without a CORS preflight, which the lab never grants.
 - Content-Length above the route's cap (lab/web/body.py `body_limit`: 1 MB; more for a run's metrics file)
@@ -74,6 +76,16 @@ class Guard:
         ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # The handshake is an HTTP request: its Host and Origin are checked as any request's.
+            # A browser always sends Origin on a WebSocket, and none is bound by CORS: without
+            # this check any site could drive the lab through the visitor's browser.
+            if self._host_origin_refusal(dict(scope["headers"])) is not None:
+                await receive()  # websocket.connect
+                await send({"type": "websocket.close", "code": 1008})  # the server answers 403
+                return
+            await self.app(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -91,7 +103,7 @@ class Guard:
 
         await self.app(scope, receive, send_secure)
 
-    def _refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, dict[str, Any]] | None:
+    def _host_origin_refusal(self, headers: dict[bytes, bytes]) -> tuple[int, str, dict[str, Any]] | None:
         host = host_name(headers.get(b"host", b"").decode("latin-1"))
         if host not in self.hosts:
             return 400, "input.host", {"host": host}
@@ -100,6 +112,12 @@ class Guard:
             text = origin.decode("latin-1")
             if host_name(urlsplit(text).netloc) not in self.hosts:
                 return 403, "input.origin", {"origin": text}
+        return None
+
+    def _refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> tuple[int, str, dict[str, Any]] | None:
+        refusal = self._host_origin_refusal(headers)
+        if refusal is not None:
+            return refusal
         if scope["method"] in BODY_METHODS:
             ctype = headers.get(b"content-type", b"").decode("latin-1").split(";", 1)[0].strip().lower()
             if ctype != "application/json":

@@ -1,11 +1,16 @@
 """Browser tests: the real app under uvicorn on 127.0.0.1 (a free port, in a thread) and Debian's
 Chromium driven by Playwright (no `playwright install`; see environment.md for the launch args).
 
-Every page fixture records each request URL, console error and page error; `assert_clean(page)`
-fails a test whose page fetched anything outside the origin or logged an error.
+Every page fixture records each request URL (WebSockets included), console error and page error;
+`assert_clean(page)` fails a test whose page fetched anything outside the origin or logged an error.
+It also records every action the page sends to the workspace API and every answer it gets, by POST
+or over the workspace socket (lab/web/api_socket.py): `page.lab.actions`, `page.lab.answers`.
+`new_page(websocket=False)` refuses the socket, as a proxy without WebSockets would: the page then
+sends every action by POST.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -68,14 +73,45 @@ class Recorder:
     origin: str
     requests: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    actions: list[tuple[str, dict]] = field(default_factory=list)  # (transport, request body) per action
+    answers: list[dict] = field(default_factory=list)  # the workspace API's successful answers
 
     def foreign(self) -> list[str]:
+        own = self.origin.replace("http://", "ws://", 1)
         return [u for u in self.requests
-                if not (u.startswith(self.origin + "/") or u == self.origin or u.startswith(("data:", "blob:")))]
+                if not (u.startswith((self.origin + "/", own + "/")) or u == self.origin or u.startswith(("data:", "blob:")))]
+
+    def posted(self) -> list[dict]:
+        return [body for via, body in self.actions if via == "post"]
+
+
+def _socket_frames(ws, rec: Recorder) -> None:
+    def sent(payload) -> None:
+        rec.actions.append(("socket", json.loads(str(payload).partition("\n")[2])))
+
+    def received(payload) -> None:
+        head, _, body = str(payload).partition("\n")
+        if 200 <= json.loads(head)["status"] < 300:
+            rec.answers.append(json.loads(body))
+
+    rec.requests.append(ws.url)
+    ws.on("framesent", sent)
+    ws.on("framereceived", received)
 
 
 def _record(page, rec: Recorder) -> None:
-    page.on("request", lambda r: rec.requests.append(r.url))
+    def request(r) -> None:
+        rec.requests.append(r.url)
+        if r.method == "POST" and r.url.endswith("/api/workspace"):
+            rec.actions.append(("post", json.loads(r.post_data)))
+
+    def response(r) -> None:
+        if r.request.method == "POST" and r.url.endswith("/api/workspace") and r.ok:
+            rec.answers.append(r.json())
+
+    page.on("request", request)
+    page.on("response", response)
+    page.on("websocket", lambda ws: _socket_frames(ws, rec))
     page.on("console", lambda m: rec.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: rec.errors.append(f"pageerror: {e}"))
 
@@ -85,9 +121,12 @@ def new_page(chromium, lab_url):
     """A factory of pages, each in a fresh browser context (own localStorage), recorded."""
     contexts = []
 
-    def make(path: str = "/", *, lang: str | None = None, width: int = 1280, height: int = 900, wait: bool = True):
+    def make(path: str = "/", *, lang: str | None = None, width: int = 1280, height: int = 900, wait: bool = True,
+             websocket: bool = True):
         ctx = chromium.new_context(viewport={"width": width, "height": height}, accept_downloads=True)
         contexts.append(ctx)
+        if not websocket:
+            ctx.route_web_socket("**/api/workspace/socket", lambda ws: ws.close())
         # Any request leaving the origin is recorded and aborted (so a leak fails fast and offline).
         rec = Recorder(origin=lab_url)
 

@@ -21,7 +21,7 @@ def test_the_page_runs_under_its_csp_with_no_violation(new_page):
 
 
 def test_an_answer_that_is_not_json_is_shown_as_a_message_not_a_parser_error(new_page):
-    page = new_page()
+    page = new_page(websocket=False)  # a proxy without WebSockets, whose error page is not JSON
     page.route("**/api/workspace", lambda r: r.fulfill(status=502, content_type="text/plain",
                                                       body="Internal Server Error"))
     page.select_option('[data-field="placement.ownership"]', "colocated")
@@ -32,7 +32,7 @@ def test_an_answer_that_is_not_json_is_shown_as_a_message_not_a_parser_error(new
 
 
 def test_a_refused_value_shows_the_servers_message_naming_the_field(new_page):
-    page = new_page()
+    page = new_page(websocket=False)  # the request is rewritten on its way: by POST
     page.route("**/api/workspace", lambda r: r.continue_(post_data=json.dumps(
         {**json.loads(r.request.post_data), "action": {"type": "edit", "path": "task.input_key", "value": "-x"}})))
     page.select_option('[data-field="placement.ownership"]', "colocated")

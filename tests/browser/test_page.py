@@ -133,8 +133,6 @@ def test_the_page_sends_only_the_tops_of_its_history_and_keeps_the_whole_of_it(n
     from lab.web.app import create_app
 
     page = new_page()
-    bodies: list[dict] = []
-    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.url.endswith("/api/workspace") else None)
     rollouts = [str(n) for n in range(11, 17)]
     for n in rollouts:
         act(page, lambda n=n: field(page, "task.num_rollout").fill(n) or field(page, "task.num_rollout").press("Enter"))
@@ -142,6 +140,7 @@ def test_the_page_sends_only_the_tops_of_its_history_and_keeps_the_whole_of_it(n
         act(page, lambda: page.locator("#undo").click())
     act(page, lambda: page.locator("#redo").click())
     assert value(page, "task.num_rollout") == "14"
+    bodies = [body for _, body in page.lab.actions]  # by POST or over the socket
     sent = bodies[-1]
     assert sent["history"] == {"undo": 3, "redo": 3}  # what the redo was sent from
     assert len(sent["workspace"]["undo"]) == 2 and len(sent["workspace"]["redo"]) == 2
@@ -283,8 +282,7 @@ def test_files_rebuilt_from_line_patches_equal_the_rendered_files(new_page):
     from lab.web.export import experiment_files
 
     page = new_page()
-    answers: list[dict] = []
-    page.on("response", lambda r: answers.append(r.json()) if r.url.endswith("/api/workspace") and r.ok else None)
+    answers = page.lab.answers  # by POST or over the socket
 
     def previews() -> dict[str, str]:
         return page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('details.preview')]

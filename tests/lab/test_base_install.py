@@ -14,8 +14,10 @@ HEAVY = ("torch", "ray", "transformers", "numpy", "megatron", "sglang")
 def test_base_dependencies_pull_no_torch_or_ray() -> None:
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {d.split(">")[0].split("=")[0].split("[")[0].split(";")[0].strip().lower() for d in deps}
-    assert names == {"fastapi", "uvicorn", "httptools", "uvloop", "pydantic", "jinja2", "pyyaml", "markdown-it-py",
-                     "latex2mathml", "tree-sitter", "tree-sitter-bash"}  # httptools, uvloop: uvicorn's C parts; tree-sitter: the import's bash reader
+    assert names == {"fastapi", "uvicorn", "httptools", "uvloop", "websockets", "pydantic", "jinja2", "pyyaml",
+                     "markdown-it-py", "latex2mathml", "tree-sitter", "tree-sitter-bash"}
+    # httptools, uvloop: uvicorn's C parts; websockets: its WebSocket support (the workspace socket);
+    # tree-sitter: the import's bash reader
 
 
 def test_the_lab_serves_renders_and_shows_grpo_numbers_with_heavy_packages_blocked() -> None:

@@ -1,0 +1,79 @@
+"""The page's actions over the workspace socket (lab/web/api_socket.py) in Chromium: once the socket
+is open the clicks go over it and draw exactly what the server renders; a refused socket leaves
+every action to POST; an action in flight when the socket closes goes again by POST."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import act, assert_clean, wait_until
+
+from lab.core.experiment import Experiment
+from lab.web.export import experiment_files
+
+pytestmark = pytest.mark.browser
+
+
+def _rollouts(page, n: int) -> None:
+    box = page.locator('[data-field="task.num_rollout"]')
+    act(page, lambda: box.fill(str(n)) or box.press("Enter"))
+
+
+def _previews_are_the_servers(page) -> None:
+    shown = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('details.preview')]
+        .filter((d) => !d.hidden).map((d) => [d.dataset.file, d.querySelector('pre').textContent]))""")
+    stored = json.loads(page.evaluate("localStorage.getItem('slime-lab.workspace')"))
+    assert shown == experiment_files(Experiment.model_validate(stored["b"]))
+
+
+def test_clicks_go_over_the_socket_once_it_is_open_and_draw_what_the_server_renders(new_page):
+    page = new_page()
+    wait_until(page, "performance.getEntriesByName('lab:complete').length > 0")
+    for n in range(11, 23):
+        _rollouts(page, n)
+    act(page, lambda: page.locator("#undo").click())
+    _previews_are_the_servers(page)
+    vias = [via for via, _ in page.lab.actions]
+    # The socket opens as the page completes; the clicks before it is open go by POST, none after.
+    assert len(vias) == 13 and "socket" in vias, vias
+    assert set(vias[vias.index("socket"):]) == {"socket"} and vias.count("socket") >= 6, vias
+    assert page.locator('[data-field="task.num_rollout"]').input_value() == "21"
+    assert_clean(page)
+
+
+def test_a_refused_socket_leaves_every_action_to_post(new_page):
+    page = new_page(websocket=False)  # a proxy that does not pass WebSockets
+    for n in range(21, 25):
+        _rollouts(page, n)
+    _previews_are_the_servers(page)
+    assert [via for via, _ in page.lab.actions] == ["post"] * 4
+    assert_clean(page)
+
+
+def test_an_action_in_flight_when_the_socket_closes_goes_again_by_post(new_page):
+    page = new_page(None)
+    seen: list[str] = []
+
+    def cut_on_the_third(ws) -> None:  # forwards the page's messages, then drops the socket mid-request
+        server = ws.connect_to_server()
+
+        def on_message(message) -> None:
+            seen.append(message)
+            if len(seen) == 3:
+                ws.close()
+            else:
+                server.send(message)
+        ws.on_message(on_message)
+
+    page.route_web_socket("**/api/workspace/socket", cut_on_the_third)
+    page.goto(page.lab.origin + "/")
+    wait_until(page, "document.body.dataset.ready === '1'")
+    wait_until(page, "performance.getEntriesByName('lab:complete').length > 0")
+    for n in range(31, 36):
+        _rollouts(page, n)
+    _previews_are_the_servers(page)
+    assert page.locator('[data-field="task.num_rollout"]').input_value() == "35"
+    bodies = page.lab.actions
+    cut = json.loads(seen[2].partition("\n")[2])
+    assert ("post", cut) in bodies  # the request the socket dropped, sent again as it was
+    assert_clean(page)
