@@ -130,7 +130,7 @@ function withHistory(ws, data) {
 }
 
 // Actions go over one WebSocket while it is open (lab/web/api_socket.py: the same body, the same
-// answer): inside Chromium a fetch costs 3-5 ms of a click, a socket message under 1 ms
+// answer): inside Chromium a fetch costs 4-6 ms of a click, a socket message under 1 ms
 // (bench/bench_transport.py). The POST stays the way in before the socket opens, while it cannot
 // open (a proxy without WebSockets), and for a request in flight when it closes: the server keeps
 // no state, so sending the same request again is safe.

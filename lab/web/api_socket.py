@@ -1,6 +1,6 @@
 """WS /api/workspace/socket: the page's actions over one WebSocket, answered as POST /api/workspace.
 
-Inside Chromium a fetch POST costs 3-5 ms of a click before the server is counted, a WebSocket
+Inside Chromium a fetch POST costs 4-6 ms of a click before the server is counted, a WebSocket
 message under 1 ms (bench/bench_transport.py), so the page sends its actions here while the
 socket is open and falls back to the POST otherwise. Nothing else differs: a message is read by
 the same body reader (size cap, strict JSON, the same pydantic model) and answered by the same
