@@ -153,8 +153,12 @@ function openSocket() {
     const text = String(e.data);
     const nl = text.indexOf("\n");
     let head = null;
-    try { head = JSON.parse(text.slice(0, nl)); } catch { /* not an answer of ours: ignore it */ }
-    const waiting = head && socket.pending.get(head.id);
+    try { head = nl > 0 ? JSON.parse(text.slice(0, nl)) : null; } catch { head = null; }
+    if (!head || typeof head.id !== "number") {
+      ws.close(); // not an answer of ours: whatever waits goes again by POST (onclose)
+      return;
+    }
+    const waiting = socket.pending.get(head.id);
     if (!waiting) return;
     socket.pending.delete(head.id);
     const ok = head.status >= 200 && head.status < 300;

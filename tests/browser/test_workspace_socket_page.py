@@ -1,6 +1,7 @@
 """The page's actions over the workspace socket (lab/web/api_socket.py) in Chromium: once the socket
 is open the clicks go over it and draw exactly what the server renders; a refused socket leaves
-every action to POST; an action in flight when the socket closes goes again by POST."""
+every action to POST; an action in flight when the socket closes goes again by POST, and so does
+one whose answer is not the server's (the page closes that socket)."""
 from __future__ import annotations
 
 import json
@@ -76,4 +77,30 @@ def test_an_action_in_flight_when_the_socket_closes_goes_again_by_post(new_page)
     bodies = page.lab.actions
     cut = json.loads(seen[2].partition("\n")[2])
     assert ("post", cut) in bodies  # the request the socket dropped, sent again as it was
+    assert_clean(page)
+
+
+def test_an_answer_that_is_not_the_servers_closes_the_socket_and_the_action_goes_by_post(new_page):
+    page = new_page(None)
+    seen: list[str] = []
+
+    def garbage_once(ws) -> None:  # a middlebox that answers the first message with something else
+        server = ws.connect_to_server()
+
+        def on_message(message) -> None:
+            seen.append(message)
+            if len(seen) == 1:
+                ws.send("<html>proxy error</html>")
+            else:
+                server.send(message)
+        ws.on_message(on_message)
+
+    page.route_web_socket("**/api/workspace/socket", garbage_once)
+    page.goto(page.lab.origin + "/")
+    wait_until(page, "performance.getEntriesByName('lab:complete').length > 0")
+    for n in range(41, 45):
+        _rollouts(page, n)
+    _previews_are_the_servers(page)
+    assert page.locator('[data-field="task.num_rollout"]').input_value() == "44"
+    assert ("post", json.loads(seen[0].partition("\n")[2])) in page.lab.actions
     assert_clean(page)
