@@ -51,53 +51,43 @@ def test_a_refused_socket_leaves_every_action_to_post(new_page):
     assert_clean(page)
 
 
-def test_an_action_in_flight_when_the_socket_closes_goes_again_by_post(new_page):
+def _page_behind_a_middlebox(new_page, nth: int, misdeed) -> tuple[object, list[str]]:
+    """A page whose socket passes through a middlebox: it forwards the page's messages to the server
+    but for the `nth`, which it hands to `misdeed(ws)` instead. Returns the page (in) and the
+    messages the page sent."""
     page = new_page(None)
     seen: list[str] = []
 
-    def cut_on_the_third(ws) -> None:  # forwards the page's messages, then drops the socket mid-request
+    def route(ws) -> None:
         server = ws.connect_to_server()
 
         def on_message(message) -> None:
             seen.append(message)
-            if len(seen) == 3:
-                ws.close()
+            if len(seen) == nth:
+                misdeed(ws)
             else:
                 server.send(message)
         ws.on_message(on_message)
 
-    page.route_web_socket("**/api/workspace/socket", cut_on_the_third)
+    page.route_web_socket("**/api/workspace/socket", route)
     page.goto(page.lab.origin + "/")
-    wait_until(page, "document.body.dataset.ready === '1'")
     wait_until(page, "performance.getEntriesByName('lab:complete').length > 0")
+    return page, seen
+
+
+def test_an_action_in_flight_when_the_socket_closes_goes_again_by_post(new_page):
+    page, seen = _page_behind_a_middlebox(new_page, 3, lambda ws: ws.close())  # dropped mid-request
     for n in range(31, 36):
         _rollouts(page, n)
     _previews_are_the_servers(page)
     assert page.locator('[data-field="task.num_rollout"]').input_value() == "35"
-    bodies = page.lab.actions
     cut = json.loads(seen[2].partition("\n")[2])
-    assert ("post", cut) in bodies  # the request the socket dropped, sent again as it was
+    assert ("post", cut) in page.lab.actions  # the request the socket dropped, sent again as it was
     assert_clean(page)
 
 
 def test_an_answer_that_is_not_the_servers_closes_the_socket_and_the_action_goes_by_post(new_page):
-    page = new_page(None)
-    seen: list[str] = []
-
-    def garbage_once(ws) -> None:  # a middlebox that answers the first message with something else
-        server = ws.connect_to_server()
-
-        def on_message(message) -> None:
-            seen.append(message)
-            if len(seen) == 1:
-                ws.send("<html>proxy error</html>")
-            else:
-                server.send(message)
-        ws.on_message(on_message)
-
-    page.route_web_socket("**/api/workspace/socket", garbage_once)
-    page.goto(page.lab.origin + "/")
-    wait_until(page, "performance.getEntriesByName('lab:complete').length > 0")
+    page, seen = _page_behind_a_middlebox(new_page, 1, lambda ws: ws.send("<html>proxy error</html>"))
     for n in range(41, 45):
         _rollouts(page, n)
     _previews_are_the_servers(page)
