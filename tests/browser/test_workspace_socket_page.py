@@ -83,6 +83,7 @@ def test_an_action_in_flight_when_the_socket_closes_goes_again_by_post(new_page)
     assert page.locator('[data-field="task.num_rollout"]').input_value() == "35"
     cut = json.loads(seen[2].partition("\n")[2])
     assert ("post", cut) in page.lab.actions  # the request the socket dropped, sent again as it was
+    assert len(seen) > 3  # and the actions after it went over a socket opened again
     assert_clean(page)
 
 
