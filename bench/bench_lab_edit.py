@@ -28,7 +28,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import report
-from bench_lab_load import EDITS, page_applies, page_request  # the load test's edits and page: one definition
+from bench_lab_load import (  # the load test's edits and page: one definition
+    EDITS,
+    page_applies,
+    page_holds,
+    page_request,
+)
 
 
 def _route(body: bytes) -> bytes:
@@ -41,9 +46,9 @@ def _route(body: bytes) -> bytes:
     return bytes(answer.body)
 
 
-def _body(ws: dict | None, action: dict) -> bytes:
-    """What the page sends: B, A, the tops of the history stacks and their lengths."""
-    return json.dumps(page_request(ws, action) if ws is not None else {"workspace": None, "action": action}).encode()
+def _body(ws: dict | None, action: dict, held: dict[str, str]) -> bytes:
+    """What the page sends: B, A, the tops of the history stacks, their lengths and the tags of the parts it holds."""
+    return json.dumps(page_request(ws, action, held) if ws is not None else {"workspace": None, "action": action}).encode()
 
 
 def _stream(kind: str, k: int) -> tuple[str, object]:
@@ -54,21 +59,24 @@ def _stream(kind: str, k: int) -> tuple[str, object]:
 
 
 def measure(kind: str, edits: int, history: int) -> dict[str, float]:
-    ws = json.loads(_route(_body(None, {"type": "view"})))["workspace"]
+    first = json.loads(_route(_body(None, {"type": "view"}, {})))
+    ws, held = first["workspace"], first["tags"]
     k = 0
     for _ in range(history):
         field, value = _stream(kind, k)
         k += 1
-        ws = page_applies(ws, json.loads(_route(_body(ws, {"type": "edit", "path": field, "value": value}))))
+        data = json.loads(_route(_body(ws, {"type": "edit", "path": field, "value": value}, held)))
+        ws, held = page_applies(ws, data), page_holds(held, data)
     cpu = 0.0
     for _ in range(edits):
         field, value = _stream(kind, k)
         k += 1
-        body = _body(ws, {"type": "edit", "path": field, "value": value})  # the client's part: not counted
+        body = _body(ws, {"type": "edit", "path": field, "value": value}, held)  # the client's part: not counted
         t = time.process_time()
         answer = _route(body)
         cpu += time.process_time() - t
-        ws = page_applies(ws, json.loads(answer))
+        data = json.loads(answer)
+        ws, held = page_applies(ws, data), page_holds(held, data)
     return {"cpu_ms_per_edit": round(1000 * cpu / edits, 2), "history": len(ws["undo"]), "body_bytes": len(body),
             "answer_bytes": len(answer)}
 

@@ -1,6 +1,7 @@
 """Load test of the lab server: concurrent clients editing over loopback, bounded in count and time.
 
-    python bench/bench_lab_load.py [--clients 20] [--requests 20000] [--max-seconds 900] [--workers N] [--out FILE]
+    python bench/bench_lab_load.py [--clients 20] [--requests 20000] [--max-seconds 900] [--workers N]
+                                   [--transport post|socket] [--out FILE]
 
 Starts the real server (`python -m lab.web.cli serve`, one process, as a user runs it) on a free
 127.0.0.1 port, then runs `--clients` threads, each a user with its own workspace and a keep-alive
@@ -10,8 +11,11 @@ entries of each history stack with the stacks' lengths and the tags of the answe
 then applies the stack changes the answer names) until `--requests` answers
 have come back in all, or `--max-seconds` have passed. Reports requests/s, latency p50/p90/p99/max,
 errors, the server's CPU time per request (utime + stime: what one request costs, however busy
-the machine is), its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak, and
+the machine is) and the clients' own (this process: they share the server's cores), its RSS (VmRSS) after warm-up, at each quarter of the run and at its peak, and
 the machine's load averages (1, 5, 15 min) when the run started and when it ended.
+`--transport socket` sends the same edits as the page does once its socket is open: one message
+each over `WS /api/workspace/socket` (lab/web/api_socket.py), one socket per client; the first
+view still goes by POST, as the page's first screen does.
 Goal: edit p99 ≤ 100 ms at 20 clients on 2 cores, with RSS flat. Exit 1 on any error, any request
 slower than --hang-seconds, or when the time bound cut the run short.
 """
@@ -28,9 +32,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pydantic_core
 import report  # bench/report.py: python puts this script's folder first on sys.path
+from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 # Edits a user makes: (field, values cycled through). Each changes the rendered files.
@@ -83,6 +89,7 @@ def cpu_seconds(pid: int) -> float:
 
 sys.path.insert(0, str(ROOT))
 from lab.core.history_tail import TAIL_SENT  # noqa: E402 - what the page sends of each stack (app.js, tied by a test)
+from lab.web.api_socket import PATH as SOCKET_PATH  # noqa: E402 - the page's socket route
 
 
 def page_request(ws: dict, action: dict, held: dict[str, str]) -> dict:
@@ -109,9 +116,10 @@ def percentile(xs: list[float], q: float) -> float:
 
 
 class Client(threading.Thread):
-    def __init__(self, index: int, port: int, budget: "Budget") -> None:
+    def __init__(self, index: int, port: int, budget: "Budget", transport: str = "post") -> None:
         super().__init__(daemon=True)
-        self.index, self.port, self.budget = index, port, budget
+        self.index, self.port, self.budget, self.transport = index, port, budget, transport
+        self.sent = 0
         self.latencies: list[float] = []
         self.errors: list[str] = []
 
@@ -123,27 +131,46 @@ class Client(threading.Thread):
         resp = conn.getresponse()
         return resp.status, pydantic_core.from_json(resp.read())
 
+    def over_socket(self, sock: Any, body: dict) -> tuple[int, dict]:
+        """One message as app.js sends it (head line, then the POST's body, in one text frame); its answer."""
+        self.sent += 1
+        sock.send('{"id":%d,"lang":"en"}\n' % self.sent + pydantic_core.to_json(body).decode())
+        head, _, answer = sock.recv(self.budget.hang_s, decode=False).partition(b"\n")
+        meta = pydantic_core.from_json(head)
+        if meta.get("id") != self.sent:
+            raise RuntimeError(f"answer {meta.get('id')} to message {self.sent}")
+        return meta["status"], pydantic_core.from_json(answer)
+
     def run(self) -> None:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.budget.hang_s)
         try:
             status, data = self.post(conn, {"workspace": None, "action": {"type": "view"}})
-            ws, held = data["workspace"], data["tags"]
-            k = self.index
-            while self.budget.take():
-                field, values = EDITS[k % len(EDITS)]
-                value = values[(k // len(EDITS) + self.index) % len(values)]
-                k += 1
-                t = time.perf_counter()
-                status, data = self.post(conn, page_request(ws, {"type": "edit", "path": field, "value": value}, held))
-                self.latencies.append(time.perf_counter() - t)
-                if status != 200:
-                    self.errors.append(f"{status}: {json.dumps(data)[:200]}")
-                    continue
-                ws, held = page_applies(ws, data), page_holds(held, data)
+            if self.transport == "socket":
+                with connect(f"ws://127.0.0.1:{self.port}{SOCKET_PATH}", open_timeout=self.budget.hang_s,
+                             max_size=None, compression=None) as sock:
+                    self.edit(data, lambda body: self.over_socket(sock, body))
+            else:
+                self.edit(data, lambda body: self.post(conn, body))
         except Exception as exc:  # noqa: BLE001 - counted and reported
             self.errors.append(f"{type(exc).__name__}: {exc}")
         finally:
             conn.close()
+
+    def edit(self, first: dict, send: Callable[[dict], tuple[int, dict]]) -> None:
+        """Edits sent one after another, each from the workspace the previous answer left."""
+        ws, held = first["workspace"], first["tags"]
+        k = self.index
+        while self.budget.take():
+            field, values = EDITS[k % len(EDITS)]
+            value = values[(k // len(EDITS) + self.index) % len(values)]
+            k += 1
+            t = time.perf_counter()
+            status, data = send(page_request(ws, {"type": "edit", "path": field, "value": value}, held))
+            self.latencies.append(time.perf_counter() - t)
+            if status != 200:
+                self.errors.append(f"{status}: {json.dumps(data)[:200]}")
+                continue
+            ws, held = page_applies(ws, data), page_holds(held, data)
 
 
 class Budget:
@@ -175,6 +202,8 @@ def main() -> int:
     ap.add_argument("--hang-seconds", type=float, default=10)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "lab_load.json"))
     ap.add_argument("--workers", type=int, default=1, help="passed to `slime-lab serve --workers`")
+    ap.add_argument("--transport", choices=["post", "socket"], default="post",
+                    help="how edits go: POST /api/workspace, or the page's WebSocket")
     args = ap.parse_args()
 
     load_at_start = os.getloadavg()  # other jobs on the machine: the figures mean little without it
@@ -197,7 +226,7 @@ def main() -> int:
                 time.sleep(0.2)
         # Warm-up: every edit once (imports, caches), then the baseline RSS.
         warm = Budget(len(EDITS) * 3 * args.workers, 120, args.hang_seconds)
-        warmers = [Client(i, port, warm) for i in range(2 * args.workers)]  # connections reach every process
+        warmers = [Client(i, port, warm, args.transport) for i in range(2 * args.workers)]  # connections reach every process
         for w in warmers:
             w.start()
         for w in warmers:
@@ -214,13 +243,13 @@ def main() -> int:
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         budget = Budget(args.requests, args.max_seconds, args.hang_seconds)
-        clients = [Client(i, port, budget) for i in range(args.clients)]
-        t0 = time.monotonic()
+        clients = [Client(i, port, budget, args.transport) for i in range(args.clients)]
+        t0, client_cpu = time.monotonic(), time.process_time()
         for c in clients:
             c.start()
         for c in clients:
             c.join(args.max_seconds + 2 * args.hang_seconds)
-        wall = time.monotonic() - t0
+        wall, client_cpu = time.monotonic() - t0, time.process_time() - client_cpu
         stop.set()
         rss_end = rss_mib(server.pid)
         cpu = cpu_seconds(server.pid) - cpu_start
@@ -230,14 +259,19 @@ def main() -> int:
 
     lat = [x for c in clients for x in c.latencies]
     errors = [e for c in clients for e in c.errors]
+    if not lat:
+        raise SystemExit("no edit was answered: " + "; ".join(errors[:3]))
     hung = sum(x > args.hang_seconds for x in lat) + sum("timed out" in e for e in errors)
     result = {
-        "clients": args.clients, "server_workers": args.workers, "requests": len(lat), "seconds": round(wall, 1),
+        "clients": args.clients, "server_workers": args.workers, "transport": args.transport, "requests": len(lat), "seconds": round(wall, 1),
         "requests_per_s": round(len(lat) / wall, 1),
         "latency_ms": {"p50": round(1000 * statistics.median(lat), 1), "p90": round(1000 * percentile(lat, 0.9), 1),
                        "p99": round(1000 * percentile(lat, 0.99), 1), "max": round(1000 * max(lat), 1)},
         "errors": len(errors), "error_samples": errors[:5], "hung": hung, "cut_short": budget.cut_short,
         "server_cpu_ms_per_request": round(1000 * cpu / max(1, len(lat)), 2),
+        # The clients run on the same cores: with C cores, (server + clients) CPU per request bounds
+        # the rate at C / that, and with N clients waiting in turn, p50 is about N / rate.
+        "clients_cpu_ms_per_request": round(1000 * client_cpu / max(1, len(lat)), 2),
         "rss_mib": {"after_warmup": round(rss_start, 1), "end": round(rss_end, 1), "peak": round(max(peak), 1),
                     "quartiles": [round(peak[min(len(peak) - 1, len(peak) * q // 4)], 1) for q in range(1, 5)]},
         "machine": report.machine(load_at_start),

@@ -22,6 +22,7 @@ files, they are sent whole.
 """
 from __future__ import annotations
 
+import bisect
 import difflib
 import hashlib
 import re
@@ -61,18 +62,110 @@ def lines(text: str) -> list[str]:
     return re.findall(LINE, text)
 
 
+def _common_prefix(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share (a binary search of slice comparisons, each in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _common_suffix(a: str, b: str, limit: int) -> int:
+    """How many trailing characters `a` and `b` share, at most `limit`."""
+    lo, hi = 0, limit
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid:len(a) - lo] == b[len(b) - mid:len(b) - lo]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def text_ops(old: str, new: str) -> list[tuple[int, int, list[str]]]:
     """[(i, j, lines)]: the old text's lines [i, j) give way to `lines`, in order; the rest stay."""
-    a, b = lines(old), lines(new)
-    # The common head and tail first: SequenceMatcher then compares only the lines in between.
+    if old == new:
+        return []
+    # An edit changes a few lines of a long file: the common head and tail are found on characters,
+    # and only the lines in between are cut and compared (SequenceMatcher), each once.
+    start = old.rfind("\n", 0, _common_prefix(old, new)) + 1  # where the first line that differs starts
+    head = old.count("\n", 0, start)
+    suffix = _common_suffix(old, new, min(len(old), len(new)) - start)
+    stop_old, stop_new = len(old) - suffix, len(new) - suffix
+    # The tail begins at the first line start in the common suffix that is a line start in both texts
+    # (`start` is one in both); past the suffix's first character, one is a line start in both or in neither.
+    if not all(stop == start or text[stop - 1] == "\n" for text, stop in ((old, stop_old), (new, stop_new))):
+        cut = old.find("\n", stop_old)
+        stop_new += (cut + 1 - stop_old) if cut >= 0 else suffix
+        stop_old = cut + 1 if cut >= 0 else len(old)
+    ops: list[tuple[int, int, list[str]]] = []
+    _line_ops(lines(old[start:stop_old]), lines(new[start:stop_new]), head, ops)
+    return ops
+
+
+def _line_ops(a: list[str], b: list[str], at: int, ops: list[tuple[int, int, list[str]]], anchor: bool = True) -> None:
+    """Appends the ops turning lines `a` (the old text's from line `at`) into `b`.
+
+    Where both hold lines that occur once in each (most lines of a launch script), those in the
+    same order in both are kept and only the stretches between them are compared; SequenceMatcher
+    compares the stretches (one level deep: no input makes the recursion deeper). Two edits at a
+    file's two ends then cost two small comparisons, not one of the whole file."""
     head = 0
-    while head < min(len(a), len(b)) and a[head] == b[head]:
+    while head < len(a) and head < len(b) and a[head] == b[head]:
         head += 1
     tail = 0
-    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+    while tail < len(a) - head and tail < len(b) - head and a[-1 - tail] == b[-1 - tail]:
         tail += 1
-    mid = difflib.SequenceMatcher(None, a[head:len(a) - tail], b[head:len(b) - tail], autojunk=False)
-    return [(head + i1, head + i2, b[head + j1:head + j2]) for op, i1, i2, j1, j2 in mid.get_opcodes() if op != "equal"]
+    a, b, at = a[head:len(a) - tail], b[head:len(b) - tail], at + head
+    if not a or not b:
+        if a or b:
+            ops.append((at, at + len(a), b))
+        return
+    anchors = _unique_in_order(a, b) if anchor else []
+    if not anchors:
+        mid = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        ops += [(at + i1, at + i2, b[j1:j2]) for op, i1, i2, j1, j2 in mid.get_opcodes() if op != "equal"]
+        return
+    i0 = j0 = 0
+    for i, j in [*anchors, (len(a), len(b))]:
+        if i > i0 or j > j0:  # most anchors follow one another: nothing between them
+            _line_ops(a[i0:i], b[j0:j], at + i0, ops, anchor=False)
+        i0, j0 = i + 1, j + 1
+
+
+def _unique_in_order(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """(i, j) with a[i] == b[j] occurring once in `a` and once in `b`: the longest run of such
+    pairs increasing in both i and j (patience sorting)."""
+    count_a: dict[str, int] = {}
+    for x in a:
+        count_a[x] = count_a.get(x, 0) + 1
+    where_b: dict[str, int] = {}
+    for j, x in enumerate(b):
+        where_b[x] = -1 if x in where_b else j
+    pairs = [(i, where_b[x]) for i, x in enumerate(a) if count_a[x] == 1 and where_b.get(x, -1) >= 0]
+    if not pairs:
+        return []
+    # Longest increasing subsequence of the j's (pairs are in i order).
+    tops: list[int] = []  # tops[k]: index in pairs of the smallest j ending a run of length k + 1
+    top_j: list[int] = []  # and that j
+    back: list[int] = []
+    for n, (_, j) in enumerate(pairs):
+        k = bisect.bisect_left(top_j, j)
+        back.append(tops[k - 1] if k else -1)
+        if k == len(tops):
+            tops.append(n)
+            top_j.append(j)
+        else:
+            tops[k], top_j[k] = n, j
+    run, n = [], tops[-1]
+    while n >= 0:
+        run.append(pairs[n])
+        n = back[n]
+    return run[::-1]
 
 
 def apply_ops(old: str, ops: list[tuple[int, int, list[str]]]) -> str:

@@ -119,3 +119,31 @@ def test_the_page_cuts_lines_with_the_servers_pattern():
     js = (REPO_ROOT / "lab" / "static" / "app.js").read_text()
     m = re.search(r"^const textLines = \(text\) => text\.match\(/(.+?)/g\)", js, re.M)
     assert m and m.group(1) == LINE
+
+
+def test_line_patches_of_random_edits_turn_the_held_text_into_the_new_one():
+    # Texts of repeated and unique lines, with and without a last "\n", edited by deletions,
+    # insertions and swaps: every patch applies, and in order.
+    rng = random.Random(7)
+    for _ in range(3000):
+        pool = [f"line {k}\n" for k in range(rng.randint(1, 20))] + ["\n", "x\n", "no newline", "\u2028\r\n"]
+        old = "".join(rng.choice(pool) for _ in range(rng.randint(0, 40)))
+        new = lines(old)
+        for _ in range(rng.randint(1, 5)):
+            k, r = rng.randint(0, len(new)), rng.random()
+            if r < 0.3 and new:
+                del new[min(k, len(new) - 1)]
+            elif r < 0.6 and len(new) > 2:
+                i, j = rng.sample(range(len(new)), 2)
+                new[i], new[j] = new[j], new[i]
+            else:
+                new.insert(k, rng.choice(pool))
+        ops = text_ops(old, "".join(new))
+        assert apply_ops(old, ops) == "".join(new), (old, new, ops)
+        assert all(0 <= i <= j for i, j, _ in ops) and all(a[1] <= b[0] for a, b in zip(ops, ops[1:]))
+
+
+def test_a_long_file_changed_at_both_ends_is_patched_by_the_changed_lines_only():
+    old = "".join(f"FLAG_{k}=value{k}\n" for k in range(400))
+    new = old.replace("FLAG_3=value3\n", "FLAG_3=changed\n").replace("FLAG_396=value396\n", "FLAG_396=changed\n")
+    assert text_ops(old, new) == [(3, 4, ["FLAG_3=changed\n"]), (396, 397, ["FLAG_396=changed\n"])]
