@@ -17,12 +17,16 @@ Playwright, then measures:
   and of the server process (utime + stime), which a loaded machine inflates far less;
 - the same clicks over an emulated link like an SSH tunnel to a login node (TUNNEL: 10 Mbit/s,
   20 ms round trip), p50 / p95, and the median answer size on the wire.
+- the floor: the same first-load figure for a page of one paragraph and one script (served by this
+  script, not the lab), in the same browser: what this machine's Chromium takes before any of the
+  lab's work, so a first load can be read as floor + the lab's share.
 Goals: first load ≤ 300 ms and ≤ 300 KiB; p95 click → preview ≤ 50 ms.
 Writes bench/results/page.json.
 """
 from __future__ import annotations
 
 import argparse
+import http.server
 import json
 import os
 import platform
@@ -30,6 +34,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -78,6 +83,40 @@ def serve() -> tuple[subprocess.Popen, str]:
                 proc.terminate()
                 raise RuntimeError("uvicorn did not start") from None
             time.sleep(0.1)
+
+
+FLOOR_PAGE = (b"<!doctype html><html lang=en><head><meta charset=utf-8><title>floor</title></head><body><p>slime</p>"
+              b"<script>requestAnimationFrame(() => { performance.mark('lab:ready'); document.body.dataset.ready = '1'; });"
+              b"</script></body></html>")
+
+
+class _FloorPage(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(FLOOR_PAGE)))
+        self.end_headers()
+        self.wfile.write(FLOOR_PAGE)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def first_frames(browser, url: str, loads: int) -> tuple[list[float], list[float]]:
+    """Navigation start → `lab:ready` and the main thread's CPU by then, each load in a fresh context
+    (the first load warms the server and is not counted)."""
+    ready, cpu = [], []
+    for _ in range(loads + 1):
+        ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = ctx.new_page()
+        cdp = ctx.new_cdp_session(page)
+        cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
+        page.goto(url)
+        page.wait_for_selector("body[data-ready='1']")
+        cpu.append(_task_ms(cdp))
+        ready.append(page.evaluate("performance.getEntriesByName('lab:ready')[0].startTime"))
+        ctx.close()
+    return ready[1:], cpu[1:]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -141,6 +180,12 @@ def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int
             requests.append(len(sizes))
             ctx.close()
         loads, completes, transferred, requests, main_cpu = loads[1:], completes[1:], transferred[1:], requests[1:], main_cpu[1:]
+        floor_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FloorPage)
+        threading.Thread(target=floor_server.serve_forever, daemon=True).start()
+        try:
+            floor, floor_cpu = first_frames(browser, f"http://127.0.0.1:{floor_server.server_address[1]}/", args.loads)
+        finally:
+            floor_server.shutdown()
 
         ctx = browser.new_context(viewport={"width": 1280, "height": 900})
         page = ctx.new_page()
@@ -178,6 +223,8 @@ def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int
     result = {
         "first_load_ms": {"median": round(statistics.median(loads), 1), "max": round(max(loads), 1),
                           "runs": [round(x, 1) for x in loads], "goal": 300},
+        "first_load_floor_ms": {"median": round(statistics.median(floor), 1), "runs": [round(x, 1) for x in floor],
+                                "main_thread_cpu_ms_median": round(statistics.median(floor_cpu), 1)},
         "complete_load_ms": {"median": round(statistics.median(completes), 1), "max": round(max(completes), 1),
                              "runs": [round(x, 1) for x in completes]},
         "first_load_transferred_kib": {"median": round(statistics.median(transferred) / 1024, 1), "goal": 300},
