@@ -61,14 +61,16 @@ def _steps(model_dir: str, out: str) -> None:
         actor = tr.log_probs(probe)
         ref = tr.log_probs(probe, use_ref=True)
         after = weights()
-        backups.append({n: t.data_ptr() for n, t in (tr._ref_backup or {}).items()})
+        backups.append(tr._host.allocated)  # host buffers made so far (slime/backends/offload.py HostBuffers)
         res["steps"].append({
             "actor_weights_back_bitwise": all(torch.equal(before[n], after[n]) for n in before),
             "actor_log_probs_after_ref_pass": tr.log_probs(probe) == actor,
             "ref_log_probs_are_the_start": ref == first,
             "actor_moved": actor != first,
         })
-    res["backup_buffers_reused"] = len(backups[0]) > 0 and all(b == backups[0] for b in backups)
+    n_params = len(list(unwrap(tr.model).parameters()))
+    # ref_state's buffers, then the first reference pass's backup: none made after that pass.
+    res["backup_buffers_reused"] = backups == [2 * n_params] * 3
     Path(out).write_text(json.dumps(res))
 
 

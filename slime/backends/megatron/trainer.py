@@ -39,6 +39,7 @@ from slime.backends.megatron.model_args import (
     parallel_kwargs,
 )
 from slime.backends.megatron.optimizer_resume import LAYOUT_FILE, LAYOUT_KEYS, optimizer_resume_refusal
+from slime.backends.offload import HostBuffers
 from slime.config import BatchConfig, LossConfig, ModelConfig, OptimConfig
 from slime.data.train_data import TrainRecord, micro_batches, rank_shard, split_steps
 from slime.model_spec import flag_bool, flag_int
@@ -213,7 +214,9 @@ class MegatronTrainer:
         self.config.grad_scale_func = self.optimizer.scale_loss
         self.iteration = 0
         self.ref_state: dict[str, torch.Tensor] | None = None
-        self._ref_backup: dict[str, torch.Tensor] | None = None  # the actor's weights during a reference pass
+        # Host buffers of weight snapshots (the actor's weights during a reference pass), kept by size
+        # between steps as offload keeps its own (slime/backends/offload.py).
+        self._host = HostBuffers()
         self._profiler = CallProfiler("megatron_train")
         # Sub-phases of train() (slime/timeline.py); each reading waits for the queued kernels.
         self.clock = PhaseClock(torch.cuda.synchronize if torch.cuda.is_available() else None)
@@ -233,8 +236,10 @@ class MegatronTrainer:
             if model.ref_load and model.load and model.ref_load != model.load:
                 actor = self._snapshot()
                 load_model_checkpoint(self.model, model.ref_load)
+                self._release(self.ref_state)
                 self.ref_state = self._snapshot()
                 self._restore(actor)
+                self._release(actor)
 
     @classmethod
     def from_config(cls, cfg, **kw) -> "MegatronTrainer":
@@ -257,16 +262,14 @@ class MegatronTrainer:
         return tp if self.config.sequence_parallel else 1
 
     @torch.no_grad()
-    def _snapshot(self, into: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-        """The parameters, copied to host memory: pinned on a GPU, where pageable copies of a
-        3B model's weights took seconds each way (the reference pass makes three). `into`: an
-        earlier snapshot whose buffers are filled again instead of allocated (and pinned) anew."""
+    def _snapshot(self) -> dict[str, torch.Tensor]:
+        """The parameters, copied to host buffers from `self._host`: pinned on a GPU, where pageable
+        copies of a 3B model's weights took seconds each way (the reference pass makes three), and
+        taken again, not made anew, once `_release` gave them back."""
         cuda = self.device.type == "cuda"
         out: dict[str, torch.Tensor] = {}
         for n, p in mm.unwrap(self.model).named_parameters():
-            buf = into.get(n) if into is not None else None
-            if buf is None or buf.shape != p.shape or buf.dtype != p.dtype:
-                buf = torch.empty(p.shape, dtype=p.dtype, device="cpu", pin_memory=cuda)
+            buf = self._host.take(p.numel() * p.element_size()).view(p.dtype).view(p.shape)
             buf.copy_(p.detach(), non_blocking=cuda)
             out[n] = buf
         if cuda:
@@ -279,6 +282,11 @@ class MegatronTrainer:
             p.copy_(state[n], non_blocking=True)
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # `state`'s buffers may be refilled as soon as this returns
+
+    def _release(self, state: Mapping[str, torch.Tensor]) -> None:
+        """Give a snapshot's buffers back for the next one (no copy from them may be pending)."""
+        for t in state.values():
+            self._host.give(t.reshape(-1).view(torch.uint8))
 
     # -- log-probs from logits ----------------------------------------------------------------------
     def _response_log_probs(self, logits: torch.Tensor, pack: Pack, with_entropy: bool = False):
@@ -366,7 +374,7 @@ class MegatronTrainer:
         self.model.eval()
         backup = None
         if use_ref:
-            backup = self._ref_backup = self._snapshot(into=self._ref_backup)
+            backup = self._snapshot()
             assert self.ref_state is not None  # log_probs() refused use_ref without one
             self._restore(self.ref_state)
         try:
@@ -382,6 +390,7 @@ class MegatronTrainer:
         finally:
             if backup is not None:
                 self._restore(backup)
+                self._release(backup)
             self.model.train()
         return self._from_last_stage(out if self._is_last_stage() else None)
 
