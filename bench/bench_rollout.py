@@ -15,6 +15,12 @@ run. tokens/s = B x new tokens / wall time. Time to first token = wall time of t
 with one new token. Hugging Face: `model.generate(do_sample=True, top_k=0, top_p=1.0,
 min_new_tokens=max_new_tokens)` on the same model object, timed the same way.
 
+The memory-bandwidth bound beside each engine figure: a decode step reads every weight once (a tied
+embedding once, as the LM head) and the keys and values of every row's context, so at batch B,
+with the context averaged over the run (prompt + (new + 1) / 2 positions), tokens/s cannot exceed
+B x bandwidth / bytes read per step. The bandwidth is the device's published peak (DEVICE_TB_S, by
+name) or --bandwidth-tb-s; the bench prints the bound and the engine's share of it.
+
 Checks on the first shape at the smallest batch: the same fixed seeds twice give the same tokens
 and log-probs; the engine's log-probs against one full forward pass of the same model (what the
 trainer recomputes) over prompt + response: mean and max |delta|.
@@ -50,6 +56,35 @@ SHAPES = {
     "smoke": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2),
 }
+
+
+# Published peak memory bandwidth (TB/s) by a piece of torch.cuda.get_device_name(); first match wins.
+DEVICE_TB_S = (("H200", 4.8), ("H100 NVL", 3.9), ("H100 PCIe", 2.0), ("H100", 3.35), ("A100-SXM4-80GB", 2.039),
+               ("A100", 1.555))
+
+
+def device_bandwidth_tb_s(name: str) -> float | None:
+    return next((tb for piece, tb in DEVICE_TB_S if piece in name), None)
+
+
+def decode_step_bytes(model, batch: int, context: float) -> dict[str, float]:
+    """Bytes one decode step must read at `batch` rows of `context` positions each: every weight once
+    (parameters() yields a tied embedding once) and each row's keys and values in every layer."""
+    cfg = model.config
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    elem = next(model.parameters()).element_size()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kv = cfg.num_hidden_layers * 2 * kv_heads * head_dim * elem * context * batch
+    return {"weights": float(weights), "kv": float(kv), "total": float(weights + kv)}
+
+
+def bandwidth_bound(model, batch: int, prompt_len: int, new_tokens: int, tb_s: float) -> dict[str, float]:
+    """The tokens/s a decode loop cannot exceed at `tb_s` TB/s: step j attends prompt_len + j + 1 positions."""
+    step = decode_step_bytes(model, batch, prompt_len + (new_tokens + 1) / 2)
+    return {"bytes_per_step": step["total"], "weight_bytes": step["weights"], "kv_bytes_per_step": step["kv"],
+            "tb_s": tb_s, "tok_s": batch * tb_s * 1e12 / step["total"]}
 
 
 def build(shape: str, device, dtype):
@@ -198,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "rollout.json"))
     ap.add_argument("--tiny-recipe", action="store_true", help="time the tiny CPU recipe's rollout shape instead")
+    ap.add_argument("--bandwidth-tb-s", type=float, default=None,
+                    help="the device's memory bandwidth for the bound (default: DEVICE_TB_S by the device's name)")
     a = ap.parse_args(argv)
     if a.tiny_recipe:
         return tiny_recipe()
@@ -214,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                              "torch": torch.__version__, "transformers": transformers.__version__,
                              "python": platform.python_version(), "dtype": str(dtype)},
                  "prompt_len": a.prompt_len, "new_tokens": a.new_tokens, "runs": [], "checks": {}}
+    tb_s = a.bandwidth_tb_s or (device_bandwidth_tb_s(res["machine"]["device"]) if device.type == "cuda" else None)
+    if tb_s is None:
+        print("no memory bandwidth known for this device (--bandwidth-tb-s): no bound printed", flush=True)
     table = []
     for si, shape in enumerate(a.shapes.split(",")):
         model = build(shape, device, dtype)
@@ -273,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
                     row["hf_error"] = traceback.format_exc()[-2000:]
             if "engine_tok_s" in row and "hf_tok_s" in row:
                 row["speedup"] = row["engine_tok_s"] / row["hf_tok_s"]
+            if tb_s:
+                row["bandwidth_bound"] = bandwidth_bound(model, b, a.prompt_len, a.new_tokens, tb_s)
+                if "engine_tok_s" in row:
+                    row["engine_share_of_bound"] = row["engine_tok_s"] / row["bandwidth_bound"]["tok_s"]
             res["runs"].append(row)
             table.append(row)
             print(json.dumps(row), flush=True)
@@ -284,11 +328,14 @@ def main(argv: list[str] | None = None) -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(res, indent=1))
     print(json.dumps(res["checks"], indent=1))
-    print(f"{'shape':6} {'batch':>5} {'engine tok/s':>12} {'HF tok/s':>9} {'x':>5} {'TTFT ms':>8} {'HF TTFT ms':>10}")
+    print(f"{'shape':6} {'batch':>5} {'engine tok/s':>12} {'HF tok/s':>9} {'x':>5} {'TTFT ms':>8} {'HF TTFT ms':>10}"
+          f" {'bound tok/s':>11} {'of bound':>8}")
+    nan = float("nan")
     for r in table:
-        print(f"{r['shape']:6} {r['batch']:>5} {r.get('engine_tok_s', float('nan')):>12.0f} "
-              f"{r.get('hf_tok_s', float('nan')):>9.0f} {r.get('speedup', float('nan')):>5.2f} "
-              f"{1000 * r.get('engine_ttft_s', float('nan')):>8.1f} {1000 * r.get('hf_ttft_s', float('nan')):>10.1f}")
+        print(f"{r['shape']:6} {r['batch']:>5} {r.get('engine_tok_s', nan):>12.0f} "
+              f"{r.get('hf_tok_s', nan):>9.0f} {r.get('speedup', nan):>5.2f} "
+              f"{1000 * r.get('engine_ttft_s', nan):>8.1f} {1000 * r.get('hf_ttft_s', nan):>10.1f} "
+              f"{r.get('bandwidth_bound', {}).get('tok_s', nan):>11.0f} {100 * r.get('engine_share_of_bound', nan):>7.1f}%")
     return 0
 
 
