@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
 
 from fastapi import APIRouter, HTTPException, WebSocket, WebSocketDisconnect
 
 from lab.core import messages
 from lab.web.api_workspace import WorkspaceRequest, respond
-from lab.web.body import MAX_BODY_BYTES, parse_json
+from lab.web.body import MAX_BODY_BYTES, error, parse_json
 
 router = APIRouter()
 PATH = "/api/workspace/socket"
@@ -39,9 +38,9 @@ async def workspace_socket(sock: WebSocket) -> None:
         return
 
 
-def _detail(status: int, loc: list[Any], key: str, params: dict[str, Any], lang: str) -> tuple[int, bytes]:
-    detail = [{"loc": loc, "msg": messages.localize_text(key, params, lang), "type": key}]
-    return status, json.dumps({"detail": detail}, ensure_ascii=False).encode("utf-8")
+def _encoded(exc: HTTPException) -> tuple[int, bytes]:
+    """An error as the POST route answers it: its status and `{"detail": [...]}`."""
+    return exc.status_code, json.dumps({"detail": exc.detail}, ensure_ascii=False).encode("utf-8")
 
 
 def _head(text: str) -> tuple[int | None, str]:
@@ -60,13 +59,13 @@ def _head(text: str) -> tuple[int | None, str]:
 
 def answer_bytes(body: str, lang: str) -> tuple[int, bytes]:
     """The POST route's status and body for this request body."""
-    size = len(body.encode("utf-8", "surrogatepass"))
-    if size > MAX_BODY_BYTES:
-        return _detail(413, ["body"], "input.too_large", {"size": size, "limit": MAX_BODY_BYTES}, lang)
     try:
+        size = len(body.encode("utf-8", "surrogatepass"))
+        if size > MAX_BODY_BYTES:
+            raise error(413, ["body"], "input.too_large", {"size": size, "limit": MAX_BODY_BYTES}, lang)
         response = respond(parse_json(body, WorkspaceRequest, lang))
     except HTTPException as exc:
-        return exc.status_code, json.dumps({"detail": exc.detail}, ensure_ascii=False).encode("utf-8")
+        return _encoded(exc)
     return response.status_code, bytes(response.body)
 
 
@@ -74,11 +73,11 @@ def answer_message(message: str) -> str:
     head_text, newline, body = message.partition("\n")
     rid, lang = _head(head_text)
     if rid is None or not newline:
-        status, payload = _detail(400, ["socket", "head"], "input.socket_head", {}, lang)
+        status, payload = _encoded(error(400, ["socket", "head"], "input.socket_head", {}, lang))
     else:
         try:
             status, payload = answer_bytes(body, lang)
         except Exception:  # noqa: BLE001 - the POST would be a 500; the socket must stay open for the next click
             log.exception("the workspace socket could not answer a message")
-            status, payload = _detail(500, [], "input.internal", {"error": "an internal error"}, lang)
+            status, payload = _encoded(error(500, [], "input.internal", {"error": "an internal error"}, lang))
     return json.dumps({"id": rid, "status": status}) + "\n" + payload.decode("utf-8")
