@@ -102,21 +102,29 @@ class _FloorPage(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def first_frames(browser, url: str, loads: int) -> tuple[list[float], list[float]]:
-    """Navigation start → `lab:ready` and the main thread's CPU by then, each load in a fresh context
-    (the first load warms the server and is not counted)."""
-    ready, cpu = [], []
+def first_loads(browser, url: str, loads: int) -> list[dict[str, float]]:
+    """Loads of `url`, each in a fresh context (the first warms the server and is not counted): navigation
+    start → `lab:ready` and → `lab:complete` (`lab:ready` where the page has no such mark), the main
+    thread's CPU at `body[data-ready]`, and the bytes and requests the load moved."""
+    out = []
     for _ in range(loads + 1):
         ctx = browser.new_context(viewport={"width": 1280, "height": 900})
         page = ctx.new_page()
         cdp = ctx.new_cdp_session(page)
+        cdp.send("Network.enable")
         cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
+        sizes: dict[str, float] = {}
+        cdp.on("Network.loadingFinished", lambda e: sizes.__setitem__(e["requestId"], e["encodedDataLength"]))
         page.goto(url)
         page.wait_for_selector("body[data-ready='1']")
-        cpu.append(_task_ms(cdp))
-        ready.append(page.evaluate("performance.getEntriesByName('lab:ready')[0].startTime"))
+        cpu = _task_ms(cdp)
+        page.wait_for_timeout(200)  # let late resources (lazy diagrams) finish
+        out.append({"ready": page.evaluate("performance.getEntriesByName('lab:ready')[0].startTime"),
+                    "complete": page.evaluate("(performance.getEntriesByName('lab:complete')[0]"
+                                              " || performance.getEntriesByName('lab:ready')[0]).startTime"),
+                    "cpu": cpu, "bytes": sum(sizes.values()), "requests": len(sizes)})
         ctx.close()
-    return ready[1:], cpu[1:]
+    return out[1:]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -156,34 +164,15 @@ def _cpu_ms(pid: int) -> float:
 def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int) -> int:
     from playwright.sync_api import sync_playwright
 
-    loads, completes, transferred, requests, main_cpu = [], [], [], [], []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        for _ in range(args.loads + 1):  # the first load warms the server's code paths; not counted
-            ctx = browser.new_context(viewport={"width": 1280, "height": 900})
-            page = ctx.new_page()
-            cdp = ctx.new_cdp_session(page)
-            cdp.send("Network.enable")
-            cdp.send("Performance.enable", {"timeDomain": "threadTicks"})
-            sizes: dict[str, float] = {}
-            cdp.on("Network.loadingFinished", lambda e: sizes.__setitem__(e["requestId"], e["encodedDataLength"]))
-            page.goto(url + "/")
-            page.wait_for_selector("body[data-ready='1']")
-            metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
-            main_cpu.append(metrics["TaskDuration"] * 1000)
-            page.wait_for_timeout(200)  # let late resources (lazy diagrams) finish
-            ready = page.evaluate("performance.getEntriesByName('lab:ready')[0].startTime")
-            loads.append(ready)
-            completes.append(page.evaluate("(performance.getEntriesByName('lab:complete')[0]"
-                                           " || performance.getEntriesByName('lab:ready')[0]).startTime"))
-            transferred.append(sum(sizes.values()))
-            requests.append(len(sizes))
-            ctx.close()
-        loads, completes, transferred, requests, main_cpu = loads[1:], completes[1:], transferred[1:], requests[1:], main_cpu[1:]
+        lab = first_loads(browser, url + "/", args.loads)
+        loads, completes = [x["ready"] for x in lab], [x["complete"] for x in lab]
+        transferred, requests, main_cpu = [x["bytes"] for x in lab], [x["requests"] for x in lab], [x["cpu"] for x in lab]
         floor_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FloorPage)
         threading.Thread(target=floor_server.serve_forever, daemon=True).start()
         try:
-            floor, floor_cpu = first_frames(browser, f"http://127.0.0.1:{floor_server.server_address[1]}/", args.loads)
+            empty = first_loads(browser, f"http://127.0.0.1:{floor_server.server_address[1]}/", args.loads)
         finally:
             floor_server.shutdown()
 
@@ -223,8 +212,9 @@ def _run(args: argparse.Namespace, url: str, load_before: float, server_pid: int
     result = {
         "first_load_ms": {"median": round(statistics.median(loads), 1), "max": round(max(loads), 1),
                           "runs": [round(x, 1) for x in loads], "goal": 300},
-        "first_load_floor_ms": {"median": round(statistics.median(floor), 1), "runs": [round(x, 1) for x in floor],
-                                "main_thread_cpu_ms_median": round(statistics.median(floor_cpu), 1)},
+        "first_load_floor_ms": {"median": round(statistics.median(x["ready"] for x in empty), 1),
+                                "runs": [round(x["ready"], 1) for x in empty],
+                                "main_thread_cpu_ms_median": round(statistics.median(x["cpu"] for x in empty), 1)},
         "complete_load_ms": {"median": round(statistics.median(completes), 1), "max": round(max(completes), 1),
                              "runs": [round(x, 1) for x in completes]},
         "first_load_transferred_kib": {"median": round(statistics.median(transferred) / 1024, 1), "goal": 300},
