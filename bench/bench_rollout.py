@@ -224,6 +224,16 @@ def tiny_recipe(repeats: int = 3) -> int:
     return 0
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of TB/s; give e.g. 4.8") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a bandwidth must be above 0 TB/s (e.g. 4.8 for an H200)")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="0.5b,1.5b")
@@ -233,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-hf", action="store_true", help="skip Hugging Face generate")
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "rollout.json"))
     ap.add_argument("--tiny-recipe", action="store_true", help="time the tiny CPU recipe's rollout shape instead")
-    ap.add_argument("--bandwidth-tb-s", type=float, default=None,
+    ap.add_argument("--bandwidth-tb-s", type=_positive, default=None,
                     help="the device's memory bandwidth for the bound (default: DEVICE_TB_S by the device's name)")
     a = ap.parse_args(argv)
     if a.tiny_recipe:

@@ -50,3 +50,10 @@ def test_the_bench_prints_the_bound_and_the_engines_share_of_it(tmp_path):
     assert row["bandwidth_bound"]["tb_s"] == 0.05 and row["bandwidth_bound"]["tok_s"] > 0
     assert row["engine_share_of_bound"] == pytest.approx(row["engine_tok_s"] / row["bandwidth_bound"]["tok_s"])
     assert "bound tok/s" in p.stdout and "%" in p.stdout.splitlines()[-1]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "nan", "fast"])
+def test_a_bandwidth_that_is_not_a_positive_number_is_refused_naming_the_flag(value, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench_rollout.main(["--shapes", "smoke", "--bandwidth-tb-s", value])
+    assert exc.value.code == 2 and "--bandwidth-tb-s" in capsys.readouterr().err
