@@ -147,3 +147,20 @@ def test_a_long_file_changed_at_both_ends_is_patched_by_the_changed_lines_only()
     old = "".join(f"FLAG_{k}=value{k}\n" for k in range(400))
     new = old.replace("FLAG_3=value3\n", "FLAG_3=changed\n").replace("FLAG_396=value396\n", "FLAG_396=changed\n")
     assert text_ops(old, new) == [(3, 4, ["FLAG_3=changed\n"]), (396, 397, ["FLAG_396=changed\n"])]
+
+
+def test_anchors_are_taken_once_per_patch_so_its_depth_never_grows_with_the_input(monkeypatch):
+    # Unique lines moved in blocks: the stretches between the anchors are compared without looking
+    # for anchors again (one level deep), however many there are.
+    import lab.web.answer_parts as parts
+
+    rng = random.Random(3)
+    old_lines = [f"line {k}\n" for k in range(3000)]
+    blocks = [old_lines[i:i + 7] for i in range(0, len(old_lines), 7)]
+    rng.shuffle(blocks)
+    old, new = "".join(old_lines), "".join(line for block in blocks for line in block)
+    calls = []
+    real = parts._unique_in_order
+    monkeypatch.setattr(parts, "_unique_in_order", lambda a, b: calls.append(len(a)) or real(a, b))
+    ops = text_ops(old, new)
+    assert apply_ops(old, ops) == new and len(calls) == 1
